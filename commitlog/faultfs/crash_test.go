@@ -1,0 +1,280 @@
+package faultfs_test
+
+import (
+	"bytes"
+	"errors"
+	"math/rand"
+	"os"
+	"slices"
+	"testing"
+
+	"github.com/raftlog/raftlog/commitlog/faultfs"
+	"github.com/raftlog/raftlog/mmap"
+)
+
+func pattern(seed int64, n int) []byte {
+	b := make([]byte, n)
+	rand.New(rand.NewSource(seed)).Read(b)
+	return b
+}
+
+func TestCrashDeterministic(t *testing.T) {
+	// synced is written and synced, then overwritten in part and extended
+	// without a sync.
+	synced := pattern(1, 3*4096+100)
+	unsynced := pattern(2, 2*4096+1000)
+	wantKeep := slices.Clone(synced)
+	copy(wantKeep[4096:], unsynced) // overwrites pages 1 to 3 and extends the file by 900 bytes
+	wantKeep = append(wantKeep, unsynced[len(synced)-4096:]...)
+
+	tests := []struct {
+		name  string
+		crash func(*faultfs.FS) *faultfs.FS
+		want  []byte
+	}{
+		{"drop all", (*faultfs.FS).CrashDropAll, synced},
+		{"keep all", (*faultfs.FS).CrashKeepAll, wantKeep},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := newFS(t, 1)
+			f := open(t, fs, "/d/f", rw)
+			check(t, fs.SyncDir("/d"))
+			write(t, f, 0, synced)
+			check(t, f.Sync())
+			write(t, f, 4096, unsynced)
+			after := tt.crash(fs)
+			if got := contents(t, after, "/d/f"); !bytes.Equal(got, tt.want) {
+				t.Fatalf("after crash: %d bytes, want %d (equal prefix %d)", len(got), len(tt.want), commonPrefix(got, tt.want))
+			}
+		})
+	}
+}
+
+func commonPrefix(a, b []byte) int {
+	n := 0
+	for n < len(a) && n < len(b) && a[n] == b[n] {
+		n++
+	}
+	return n
+}
+
+func TestSyncedDataSurvives(t *testing.T) {
+	for seed := int64(0); seed < 100; seed++ {
+		fs := newFS(t, seed)
+		f := open(t, fs, "/d/f", rw)
+		check(t, fs.SyncDir("/d"))
+		synced := pattern(seed, 2*4096+1000) // ends in the middle of page 2
+		write(t, f, 0, synced)
+		check(t, f.Sync())
+		// Unsynced bytes share page 2 with synced ones, and add more pages.
+		write(t, f, int64(len(synced)), pattern(seed+1000, 3*4096))
+		got := contents(t, fs.Crash(), "/d/f")
+		if len(got) < len(synced) || !bytes.Equal(got[:len(synced)], synced) {
+			t.Fatalf("seed %d: synced bytes lost: %d bytes survive, equal prefix %d of %d",
+				seed, len(got), commonPrefix(got, synced), len(synced))
+		}
+	}
+}
+
+func TestCrashIsReproducible(t *testing.T) {
+	run := func(seed int64) []byte {
+		fs := newFS(t, seed)
+		f := open(t, fs, "/d/f", rw)
+		check(t, fs.SyncDir("/d"))
+		write(t, f, 0, pattern(1, 8*4096))
+		check(t, f.Sync())
+		write(t, f, 0, pattern(2, 8*4096))
+		return contents(t, fs.Crash(), "/d/f")
+	}
+	for seed := int64(0); seed < 10; seed++ {
+		if !bytes.Equal(run(seed), run(seed)) {
+			t.Fatalf("seed %d: two crashes of the same history differ", seed)
+		}
+	}
+}
+
+// TestCrashOutcomes checks that across seeds every outcome of an unsynced
+// page happens, including pages that are neither the old nor the new bytes
+// (torn: a mix of both; garbage: some bytes of neither), and that bytes
+// equal in both images never change.
+func TestCrashOutcomes(t *testing.T) {
+	const pages = 8
+	oldData := pattern(1, pages*4096)
+	newData := pattern(2, pages*4096)
+	var lost, kept, torn, garbage int
+	for seed := int64(0); seed < 200; seed++ {
+		fs := newFS(t, seed)
+		f := open(t, fs, "/d/f", rw)
+		check(t, fs.SyncDir("/d"))
+		write(t, f, 0, oldData)
+		check(t, f.Sync())
+		write(t, f, 0, newData)
+		got := contents(t, fs.Crash(), "/d/f")
+		if len(got) != len(oldData) {
+			t.Fatalf("seed %d: length %d, want %d", seed, len(got), len(oldData))
+		}
+		for p := 0; p < pages; p++ {
+			page := got[p*4096 : (p+1)*4096]
+			switch {
+			case bytes.Equal(page, oldData[p*4096:(p+1)*4096]):
+				lost++
+			case bytes.Equal(page, newData[p*4096:(p+1)*4096]):
+				kept++
+			case oldOrNew(page, oldData[p*4096:], newData[p*4096:]):
+				torn++
+			default:
+				garbage++
+			}
+		}
+		for i := range got {
+			if oldData[i] == newData[i] && got[i] != oldData[i] {
+				t.Fatalf("seed %d: byte %d equal in both images changed", seed, i)
+			}
+		}
+	}
+	t.Logf("pages lost %d, kept %d, torn %d, garbage %d", lost, kept, torn, garbage)
+	if lost == 0 || kept == 0 || torn == 0 || garbage == 0 {
+		t.Fatalf("an outcome never happened: lost %d, kept %d, torn %d, garbage %d", lost, kept, torn, garbage)
+	}
+}
+
+// oldOrNew reports whether every byte of page is the old or the new one.
+func oldOrNew(page, oldData, newData []byte) bool {
+	for i, c := range page {
+		if c != oldData[i] && c != newData[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func TestCrashLength(t *testing.T) {
+	// An unsynced append leaves either the durable length or the page
+	// cache's; both happen across seeds.
+	lengths := map[int]bool{}
+	for seed := int64(0); seed < 50; seed++ {
+		fs := newFS(t, seed)
+		f := open(t, fs, "/d/f", rw)
+		check(t, fs.SyncDir("/d"))
+		write(t, f, 0, pattern(1, 100))
+		check(t, f.Sync())
+		check(t, f.Allocate(5000))
+		got := contents(t, fs.Crash(), "/d/f")
+		lengths[len(got)] = true
+	}
+	if len(lengths) != 2 || !lengths[100] || !lengths[5000] {
+		t.Fatalf("lengths after crash %v, want 100 and 5000", lengths)
+	}
+}
+
+func TestCrashNamespace(t *testing.T) {
+	tests := []struct {
+		name string
+		// setup runs on a file system where /d/old holds "old" and is
+		// durable; it returns the directory listing a crash must leave.
+		setup func(t *testing.T, fs *faultfs.FS) []string
+	}{
+		{"unsynced create is lost", func(t *testing.T, fs *faultfs.FS) []string {
+			check(t, open(t, fs, "/d/new", rw).Close())
+			return []string{"old"}
+		}},
+		{"synced create survives", func(t *testing.T, fs *faultfs.FS) []string {
+			check(t, open(t, fs, "/d/new", rw).Close())
+			check(t, fs.SyncDir("/d"))
+			return []string{"new", "old"}
+		}},
+		{"unsynced remove is undone", func(t *testing.T, fs *faultfs.FS) []string {
+			check(t, fs.Remove("/d/old"))
+			return []string{"old"}
+		}},
+		{"synced remove sticks", func(t *testing.T, fs *faultfs.FS) []string {
+			check(t, fs.Remove("/d/old"))
+			check(t, fs.SyncDir("/d"))
+			return []string{}
+		}},
+		{"unsynced rename is undone", func(t *testing.T, fs *faultfs.FS) []string {
+			check(t, fs.Rename("/d/old", "/d/renamed"))
+			return []string{"old"}
+		}},
+		{"synced rename sticks", func(t *testing.T, fs *faultfs.FS) []string {
+			check(t, fs.Rename("/d/old", "/d/renamed"))
+			check(t, fs.SyncDir("/d"))
+			return []string{"renamed"}
+		}},
+		{"sync of another directory does not help", func(t *testing.T, fs *faultfs.FS) []string {
+			check(t, fs.MkdirAll("/e", 0o755))
+			check(t, open(t, fs, "/d/new", rw).Close())
+			check(t, fs.SyncDir("/e"))
+			return []string{"old"}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := int64(0); seed < 5; seed++ {
+				fs := newFS(t, seed)
+				f := open(t, fs, "/d/old", rw)
+				write(t, f, 0, []byte("old"))
+				check(t, f.Sync())
+				check(t, f.Close())
+				check(t, fs.SyncDir("/d"))
+				want := tt.setup(t, fs)
+				after := fs.Crash()
+				names, err := after.ReadDir("/d")
+				check(t, err)
+				if !slices.Equal(names, want) {
+					t.Fatalf("seed %d: ReadDir after crash = %q, want %q", seed, names, want)
+				}
+				for _, name := range names {
+					if name == "new" {
+						continue
+					}
+					if got := contents(t, after, "/d/"+name); string(got) != "old" {
+						t.Fatalf("seed %d: %s holds %q after crash", seed, name, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+func TestCrashedFSFails(t *testing.T) {
+	fs := newFS(t, 1)
+	f := open(t, fs, "/d/f", rw)
+	write(t, f, 0, make([]byte, 8192))
+	m, err := f.Map(8192)
+	check(t, err)
+	after := fs.Crash()
+
+	ops := map[string]func() error{
+		"OpenFile": func() error { _, err := fs.OpenFile("/d/f", os.O_RDWR, 0); return err },
+		"Remove":   func() error { return fs.Remove("/d/f") },
+		"Rename":   func() error { return fs.Rename("/d/f", "/d/g") },
+		"MkdirAll": func() error { return fs.MkdirAll("/x", 0o755) },
+		"ReadDir":  func() error { _, err := fs.ReadDir("/d"); return err },
+		"SyncDir":  func() error { return fs.SyncDir("/d") },
+		"Lock":     func() error { _, err := fs.Lock("/d/LOCK"); return err },
+		"ReadAt":   func() error { _, err := f.ReadAt(make([]byte, 1), 0); return err },
+		"WriteAt":  func() error { _, err := f.WriteAt([]byte("x"), 0); return err },
+		"Size":     func() error { _, err := f.Size(); return err },
+		"Allocate": func() error { return f.Allocate(1 << 20) },
+		"Truncate": func() error { return f.Truncate(0) },
+		"Sync":     func() error { return f.Sync() },
+		"Map":      func() error { _, err := f.Map(1); return err },
+		"Close":    func() error { return f.Close() },
+		"Msync":    func() error { return m.Sync(0, 10) },
+		"Advise":   func() error { return m.Advise(0, 10, mmap.Sequential) },
+		"Mlock":    func() error { return m.Lock(0, 10) },
+		"Unmap":    func() error { return m.Unmap() },
+	}
+	for name, op := range ops {
+		if err := op(); !errors.Is(err, faultfs.ErrCrashed) {
+			t.Errorf("%s on a crashed FS = %v, want ErrCrashed", name, err)
+		}
+	}
+	// The new FS is independent of stores through the dead mapping.
+	m.Bytes()[0] = 'z'
+	if got := contents(t, after, "/d/f"); got != nil {
+		t.Errorf("unsynced file survived: %d bytes", len(got))
+	}
+}

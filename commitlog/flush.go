@@ -1,0 +1,251 @@
+package commitlog
+
+import (
+	"fmt"
+	"sync"
+	"time"
+)
+
+// waiter is an appender waiting for a sync to cover its bytes.
+type waiter struct {
+	end  int64
+	done chan error // buffered: the flusher never blocks on it
+}
+
+var waiterPool = sync.Pool{New: func() any { return &waiter{done: make(chan error, 1)} }}
+
+// WaitDurable blocks until every byte below end is durable, the log fails,
+// or Options.SyncFlushTimeout passes (ErrSyncTimeout). It asks the flusher
+// for a sync in either flush mode; concurrent callers share one sync.
+func (l *Log) WaitDurable(end int64) error {
+	if l.flushed.Load() >= end {
+		return nil
+	}
+	if err := l.Err(); err != nil {
+		return err
+	}
+	w := waiterPool.Get().(*waiter)
+	w.end = end
+	l.wmu.Lock()
+	if l.shut {
+		l.wmu.Unlock()
+		if l.flushed.Load() >= end {
+			return nil
+		}
+		return ErrClosed
+	}
+	l.waiters = append(l.waiters, w)
+	l.wmu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default: // a sync is already asked for; it will see this waiter
+	}
+	t := time.NewTimer(l.opts.SyncFlushTimeout)
+	select {
+	case err := <-w.done:
+		t.Stop()
+		waiterPool.Put(w)
+		return err
+	case <-t.C:
+		// w stays with the flusher, which will complete it later; it is
+		// not returned to the pool.
+		return fmt.Errorf("%w after %v (durable %d, need %d)", ErrSyncTimeout, l.opts.SyncFlushTimeout, l.flushed.Load(), end)
+	}
+}
+
+// Sync makes every record written so far durable, in either flush mode.
+func (l *Log) Sync() error {
+	return l.WaitDurable(l.wrote.Load())
+}
+
+// flushLoop is the one goroutine that syncs while the log is open. In sync
+// mode it runs a group commit each time appenders ask; in async mode it
+// also syncs on a timer.
+func (l *Log) flushLoop() {
+	defer l.wg.Done()
+	var tick <-chan time.Time
+	if l.opts.Flush == AsyncFlushUnsafe {
+		t := time.NewTicker(l.opts.FlushInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	lastThorough := time.Now()
+	for {
+		select {
+		case <-l.closing:
+			return
+		case <-l.kick:
+			l.groupCommit()
+		case <-tick:
+			dirty := l.wrote.Load() - l.flushed.Load()
+			if dirty <= 0 {
+				continue
+			}
+			if dirty >= int64(l.opts.FlushLeastPages)*4096 || time.Since(lastThorough) >= l.opts.FlushThoroughInterval {
+				l.syncAll()
+				lastThorough = time.Now()
+			}
+		}
+	}
+}
+
+// groupCommit takes every registered waiter, syncs once, and completes
+// them all. Waiters registered after the swap wait for the next round.
+func (l *Log) groupCommit() {
+	l.wmu.Lock()
+	ws := l.waiters
+	l.waiters = l.spareWaiters[:0]
+	l.wmu.Unlock()
+	err := l.syncAll()
+	l.finishWaiters(ws, err)
+	clear(ws)
+	l.spareWaiters = ws
+}
+
+// finishWaiters completes each of ws: with err if the sync failed, nil if
+// its bytes are durable, and with the log's failure or ErrClosed otherwise.
+func (l *Log) finishWaiters(ws []*waiter, err error) {
+	flushed := l.flushed.Load()
+	for _, w := range ws {
+		switch {
+		case err != nil:
+			w.done <- err
+		case w.end <= flushed:
+			w.done <- nil
+		default:
+			if ferr := l.Err(); ferr != nil {
+				w.done <- ferr
+			} else {
+				w.done <- ErrClosed
+			}
+		}
+	}
+}
+
+// syncAll makes everything written so far durable.
+func (l *Log) syncAll() error {
+	l.syncMu.Lock()
+	defer l.syncMu.Unlock()
+	t := l.tail.Load()
+	return l.syncLocked(t.end, t.lastRecord, t.lastTS, t.records)
+}
+
+// syncLocked syncs [flushed, target) and advances the durable state. A
+// failed sync fails the log. syncMu must be held.
+func (l *Log) syncLocked(target, lastRecord, lastTS int64, records uint64) error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	from := l.flushed.Load()
+	if target <= from {
+		return nil
+	}
+	start := time.Now()
+	for _, s := range *l.segs.Load() {
+		lo, hi := max(from, s.base), min(target, s.end())
+		if lo >= hi {
+			continue
+		}
+		if !s.hold() {
+			continue // removed by prefix deletion: nothing left to sync
+		}
+		var err error
+		if l.opts.WritePath == WriteMmap {
+			err = s.m.Sync(int(lo-s.base), int(hi-lo))
+		} else {
+			err = s.file.Sync()
+		}
+		s.release()
+		if err != nil {
+			return l.fail(fmt.Errorf("sync %s: %w", s.path, err))
+		}
+	}
+	l.flushed.Store(target)
+	if lastRecord >= 0 {
+		l.durableRecord, l.durableTS = lastRecord, lastTS
+	}
+	m := l.opts.Metrics
+	m.IncCounter(MetricSyncs, 1)
+	m.Observe(MetricSyncSeconds, since(start))
+	m.Observe(MetricFlushLagBytes, float64(target-from))
+	if records >= l.syncedRecords {
+		m.Observe(MetricRecordsPerSync, float64(records-l.syncedRecords))
+		l.syncedRecords = records
+	}
+	return nil
+}
+
+// housekeeping writes periodic checkpoints and applies retention.
+func (l *Log) housekeeping() {
+	defer l.wg.Done()
+	t := time.NewTicker(l.opts.CheckpointInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.closing:
+			return
+		case <-t.C:
+			if l.Err() != nil {
+				continue
+			}
+			l.writeCheckpoint()
+			if l.opts.RetentionAge > 0 || l.opts.RetentionBytes > 0 {
+				l.applyRetention()
+			}
+		}
+	}
+}
+
+// Checkpoint writes the checkpoint file now, with fresh meta from
+// Options.CheckpointMeta. The checkpoint records the durable position, so
+// call Sync first to make it cover everything written.
+func (l *Log) Checkpoint() error {
+	if err := l.Err(); err != nil {
+		return err
+	}
+	return l.writeCheckpoint()
+}
+
+// writeCheckpoint writes the durable state to the checkpoint file. The meta
+// hook runs with no lock of the log held.
+func (l *Log) writeCheckpoint() error {
+	truncations := l.truncations.Load()
+	var meta []byte
+	hooked := l.opts.CheckpointMeta != nil
+	if hooked {
+		var err error
+		if meta, err = l.opts.CheckpointMeta(); err != nil {
+			return fmt.Errorf("commitlog: checkpoint meta: %w", err)
+		}
+	}
+	l.cpMu.Lock()
+	defer l.cpMu.Unlock()
+	if hooked && l.truncations.Load() != truncations {
+		// The meta may describe records a truncation removed; the next
+		// checkpoint will carry fresh meta.
+		return nil
+	}
+	if !hooked {
+		meta = l.lastMeta
+	}
+	return l.writeCheckpointLocked(meta)
+}
+
+// writeCheckpointLocked writes a checkpoint with meta. cpMu must be held.
+func (l *Log) writeCheckpointLocked(meta []byte) error {
+	l.syncMu.Lock()
+	c := checkpoint{
+		flushed:    l.flushed.Load(),
+		lastRecord: l.durableRecord,
+		timestamp:  l.durableTS,
+		epoch:      l.epoch,
+		epochStart: l.epochStart,
+		meta:       meta,
+	}
+	l.syncMu.Unlock()
+	if err := l.cp.write(c); err != nil {
+		return err
+	}
+	l.lastMeta = meta
+	return nil
+}

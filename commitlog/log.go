@@ -1,0 +1,625 @@
+package commitlog
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/raftlog/raftlog/commitlog/vfs"
+)
+
+// File names inside a log directory besides the segments.
+const (
+	checkpointName = "checkpoint"
+	abortName      = "abort" // exists while the log is open; left behind by a crash
+	lockName       = "LOCK"
+)
+
+// Record is a record read back from the log. Payload is a copy owned by the
+// caller.
+type Record struct {
+	// Position is the logical offset of the record in the log.
+	Position int64
+	// StoredAt is the store timestamp, Unix nanoseconds.
+	StoredAt int64
+	// Payload is the record's bytes.
+	Payload []byte
+}
+
+// RecoveryInfo describes what Open found.
+type RecoveryInfo struct {
+	// Crashed is true when the log was not closed cleanly last time.
+	Crashed bool
+	// ScannedFrom is the checkpointed durable position the scan began at.
+	ScannedFrom int64
+	// End is the end of the valid log found by the scan.
+	End int64
+	// Records is the number of records found past ScannedFrom.
+	Records int
+}
+
+// tail describes the end of the written log; writers publish a new one
+// after every append so that the flusher can read it without taking mu.
+type tail struct {
+	end        int64 // logical end of written bytes
+	lastRecord int64 // position of the last record before end, -1 if none
+	lastTS     int64 // its store timestamp
+	records    uint64
+}
+
+// pendingSegment is a segment being prepared in the background.
+type pendingSegment struct {
+	base int64
+	done chan struct{}
+	seg  *segment // set before done is closed
+	err  error
+}
+
+// Log is a segmented, memory-mapped commit log. See the package
+// documentation for its guarantees. All methods are safe for concurrent use.
+type Log struct {
+	dir  string
+	opts Options
+	fs   vfs.FS
+	lock io.Closer
+	cp   *checkpointFile
+	meta []byte // checkpoint meta read at Open; immutable
+	info RecoveryInfo
+
+	// mu serialises writers: appends, segment changes, truncation and Close.
+	// Lock order: mu, then cpMu, then readMu or syncMu.
+	mu         sync.Mutex
+	active     *segment        // mu: the segment appends go to, last in segs
+	pending    *pendingSegment // mu: the next segment, being prepared
+	spares     []*segment      // mu: prepared segments not yet in segs, in order
+	buf        []byte          // mu: scratch for the pwrite path
+	closed     bool            // mu
+	lastRecord int64           // mu: position of the last record written, -1 if none
+	lastTS     int64           // mu: its store timestamp
+	records    uint64          // mu: records written since Open
+
+	// cpMu serialises checkpoint writes.
+	cpMu     sync.Mutex
+	lastMeta []byte // cpMu: meta of the last checkpoint written
+
+	// syncMu is held while syncing and while the durable state changes.
+	syncMu        sync.Mutex
+	epoch         uint32 // syncMu and mu to write; either to read
+	epochStart    int64  // syncMu and mu to write; either to read
+	durableRecord int64  // syncMu: last record below flushed, -1 if none
+	durableTS     int64  // syncMu: its store timestamp
+	syncedRecords uint64 // syncMu: tail.records at the last sync
+
+	// readMu keeps readers out while a truncation moves wrote back, so
+	// that no reader copies bytes that appends are about to overwrite.
+	readMu sync.RWMutex
+
+	segs    atomic.Pointer[segmentList]
+	tail    atomic.Pointer[tail]
+	wrote   atomic.Int64 // end of written bytes visible to readers
+	flushed atomic.Int64 // every byte below is durable
+	failure atomic.Pointer[error]
+	// truncations counts suffix truncations, so that a checkpoint whose
+	// meta was taken before one is not written after it.
+	truncations atomic.Uint64
+
+	// group commit
+	wmu     sync.Mutex
+	waiters []*waiter // wmu
+	shut    bool      // wmu: Close has completed the last waiters
+	// spareWaiters is the slice the flusher swapped out last time, kept
+	// to avoid an allocation per round; owned by the flusher.
+	spareWaiters []*waiter
+	kick         chan struct{}
+
+	closing chan struct{}
+	wg      sync.WaitGroup
+}
+
+// Open opens the log in dir, creating it if needed, and recovers it after a
+// crash. See the package documentation for what recovery checks.
+func Open(dir string, opts *Options) (*Log, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	fs := o.FS
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("commitlog: create directory %s: %w", dir, err)
+	}
+	lock, err := fs.Lock(filepath.Join(dir, lockName))
+	if err != nil {
+		return nil, fmt.Errorf("commitlog: %w", err)
+	}
+	l := &Log{
+		dir:     dir,
+		opts:    o,
+		fs:      fs,
+		lock:    lock,
+		kick:    make(chan struct{}, 1),
+		closing: make(chan struct{}),
+	}
+	if err := l.recover(); err != nil {
+		l.releaseAll()
+		lock.Close()
+		return nil, err
+	}
+	l.wg.Add(2)
+	go l.flushLoop()
+	go l.housekeeping()
+	l.mu.Lock()
+	if len(l.spares) == 0 {
+		l.startPrepare(l.active.end())
+	}
+	l.mu.Unlock()
+	return l, nil
+}
+
+// Dir returns the directory of the log.
+func (l *Log) Dir() string { return l.dir }
+
+// Recovery describes what Open found.
+func (l *Log) Recovery() RecoveryInfo { return l.info }
+
+// Meta returns the meta stored with the checkpoint Open read (see
+// Options.CheckpointMeta), or nil.
+func (l *Log) Meta() []byte { return l.meta }
+
+// First returns the position of the first retained byte of the log.
+func (l *Log) First() int64 { return (*l.segs.Load())[0].base }
+
+// End returns the position just past the last record written.
+func (l *Log) End() int64 { return l.wrote.Load() }
+
+// Durable returns the position below which every record is durable.
+func (l *Log) Durable() int64 { return l.flushed.Load() }
+
+// Err returns the error that failed the log, or nil.
+func (l *Log) Err() error {
+	if p := l.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+// fail latches err as the log's failure; the first one wins.
+func (l *Log) fail(err error) error {
+	wrapped := fmt.Errorf("%w: %w", ErrFailed, err)
+	l.failure.CompareAndSwap(nil, &wrapped)
+	return l.Err()
+}
+
+// Append appends one record. With SyncFlush it returns after the record is
+// durable; with AsyncFlushUnsafe as soon as it is written.
+func (l *Log) Append(payload []byte) (int64, error) {
+	pos, err := l.AppendBatch([][]byte{payload})
+	if err != nil {
+		return 0, err
+	}
+	return pos[0], nil
+}
+
+// AppendBatch appends records contiguously and returns their positions.
+// With SyncFlush it returns after all of them are durable, with
+// AsyncFlushUnsafe as soon as they are written. A record too large for a
+// segment fails the whole batch before anything is written.
+func (l *Log) AppendBatch(payloads [][]byte) ([]int64, error) {
+	pos, end, err := l.Write(payloads)
+	if err != nil {
+		return nil, err
+	}
+	if l.opts.Flush == SyncFlush {
+		if err := l.WaitDurable(end); err != nil {
+			return pos, err
+		}
+	}
+	return pos, nil
+}
+
+// Write appends records without waiting for them to become durable, and
+// returns their positions and the end of the last one. Pass end to
+// WaitDurable to learn when they are durable.
+func (l *Log) Write(payloads [][]byte) (positions []int64, end int64, err error) {
+	largest := recordSize(0)
+	for _, p := range payloads {
+		largest = max(largest, recordSize(len(p)))
+	}
+	if largest > l.opts.SegmentSize {
+		return nil, 0, fmt.Errorf("%w: %d bytes with header, segments hold %d", ErrRecordTooLarge, largest, l.opts.SegmentSize)
+	}
+	ts := l.opts.Now().UnixNano()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, 0, ErrClosed
+	}
+	if err := l.Err(); err != nil {
+		return nil, 0, err
+	}
+	start := l.wrote.Load()
+	if len(payloads) == 0 {
+		return nil, start, nil
+	}
+
+	// Plan: find every position and take every new segment the batch needs
+	// before writing a byte, so that running out of space writes nothing.
+	positions = make([]int64, len(payloads))
+	segs := []*segment{l.active}
+	fillers := []int64(nil)
+	pos, cur := start, l.active
+	for i, p := range payloads {
+		n := recordSize(len(p))
+		if pos+n > cur.end() {
+			if cur.end()-pos >= HeaderSize {
+				fillers = append(fillers, pos)
+			}
+			next, err := l.takeNext(cur.end())
+			if err != nil {
+				// Keep what was taken for the next attempt.
+				l.spares = append(segs[1:len(segs):len(segs)], l.spares...)
+				return nil, 0, err
+			}
+			segs = append(segs, next)
+			pos, cur = next.base, next
+		}
+		positions[i] = pos
+		pos += n
+	}
+	end = pos
+
+	// Write, one contiguous run per segment.
+	ri, fi := 0, 0
+	for _, s := range segs {
+		runStart := max(start, s.base)
+		runEnd, first := runStart, ri
+		for ri < len(positions) && positions[ri] < s.end() {
+			runEnd = positions[ri] + recordSize(len(payloads[ri]))
+			ri++
+		}
+		filler := int64(-1)
+		if fi < len(fillers) && fillers[fi] < s.end() {
+			filler = fillers[fi]
+			runEnd = filler + HeaderSize
+			fi++
+		}
+		if runEnd == runStart {
+			continue
+		}
+		var b []byte
+		if l.opts.WritePath == WriteMmap {
+			b = s.data[runStart-s.base : runEnd-s.base]
+		} else {
+			if int64(cap(l.buf)) < runEnd-runStart {
+				l.buf = make([]byte, runEnd-runStart)
+			}
+			b = l.buf[:runEnd-runStart]
+		}
+		for i := first; i < ri; i++ {
+			encodeRecord(b[positions[i]-runStart:], positions[i], ts, l.epoch, payloads[i])
+		}
+		if filler >= 0 {
+			encodeFiller(b[filler-runStart:], filler, l.epoch, uint32(s.end()-filler-HeaderSize))
+		}
+		if l.opts.WritePath == WritePwrite {
+			if _, err := s.file.WriteAt(b, runStart-s.base); err != nil {
+				return nil, 0, l.fail(fmt.Errorf("write %s at offset %d: %w", s.path, runStart-s.base, err))
+			}
+		}
+	}
+
+	if len(segs) > 1 {
+		list := append(append(segmentList(nil), *l.segs.Load()...), segs[1:]...)
+		l.segs.Store(&list)
+		l.rollTo(segs[len(segs)-1])
+	}
+	l.lastRecord = positions[len(positions)-1]
+	l.lastTS = ts
+	l.records += uint64(len(payloads))
+	l.tail.Store(&tail{end: end, lastRecord: l.lastRecord, lastTS: ts, records: l.records})
+	l.wrote.Store(end)
+	l.opts.Metrics.IncCounter(MetricAppends, uint64(len(payloads)))
+	l.opts.Metrics.IncCounter(MetricAppendBytes, uint64(end-start))
+	return positions, end, nil
+}
+
+// rollTo makes s the active segment and starts preparing the one after it.
+// mu must be held.
+func (l *Log) rollTo(s *segment) {
+	old := l.active
+	l.active = s
+	if old.locked {
+		old.m.Unlock(0, int(old.size))
+		old.locked = false
+	}
+	if l.opts.LockActiveSegment && !s.locked {
+		s.locked = s.m.Lock(0, int(s.size)) == nil
+	}
+	if len(l.spares) == 0 && l.pending == nil {
+		l.startPrepare(s.end())
+	}
+}
+
+// takeNext returns the segment starting at base: a spare, the one prepared
+// in the background, or a new one. mu must be held.
+func (l *Log) takeNext(base int64) (*segment, error) {
+	if len(l.spares) > 0 {
+		s := l.spares[0]
+		if s.base == base {
+			l.spares = l.spares[1:]
+			return s, nil
+		}
+		l.discardSpares()
+	}
+	if p := l.pending; p != nil {
+		l.pending = nil
+		<-p.done
+		if p.err == nil && p.seg.base == base {
+			return p.seg, nil
+		}
+		if p.seg != nil {
+			l.dropSegments([]*segment{p.seg})
+		}
+	}
+	return l.newSegment(base)
+}
+
+// newSegment creates the segment starting at base and makes its name
+// durable.
+func (l *Log) newSegment(base int64) (*segment, error) {
+	s, err := createSegment(l.fs, l.dir, base, l.opts.SegmentSize, l.opts.WarmSegments)
+	if err != nil {
+		return nil, err
+	}
+	if err := l.fs.SyncDir(l.dir); err != nil {
+		s.release()
+		l.fs.Remove(s.path)
+		if isNoSpace(err) {
+			return nil, fmt.Errorf("%w: %w", ErrNoSpace, err)
+		}
+		return nil, fmt.Errorf("commitlog: sync directory %s: %w", l.dir, err)
+	}
+	if l.opts.LockActiveSegment {
+		s.locked = s.m.Lock(0, int(s.size)) == nil
+	}
+	l.opts.Metrics.IncCounter(MetricSegmentsCreated, 1)
+	return s, nil
+}
+
+// startPrepare creates the segment at base in the background. mu must be
+// held.
+func (l *Log) startPrepare(base int64) {
+	p := &pendingSegment{base: base, done: make(chan struct{})}
+	l.pending = p
+	l.wg.Add(1)
+	go func() {
+		defer l.wg.Done()
+		p.seg, p.err = l.newSegment(base)
+		close(p.done)
+	}()
+}
+
+// discardSpares drops every prepared segment, pending or spare. mu must be
+// held.
+func (l *Log) discardSpares() {
+	drop := l.spares
+	l.spares = nil
+	if p := l.pending; p != nil {
+		l.pending = nil
+		<-p.done
+		if p.seg != nil {
+			drop = append(drop, p.seg)
+		}
+	}
+	l.dropSegments(drop)
+}
+
+// dropSegments removes segments that are in no list, releasing the log's
+// reference. Their removal need not be durable: a leftover file past the
+// end holds nothing valid.
+func (l *Log) dropSegments(segs []*segment) {
+	for _, s := range segs {
+		l.fs.Remove(s.path)
+		s.release()
+	}
+}
+
+// holdSegment returns the segment holding pos with a reference taken, or
+// nil when pos is below the first segment or past the last.
+func (l *Log) holdSegment(pos int64) *segment {
+	for {
+		s := l.segs.Load().find(pos)
+		if s == nil {
+			return nil
+		}
+		if s.hold() {
+			return s
+		}
+		// Released while we looked: the list has changed; look again.
+	}
+}
+
+// Read returns a copy of the record at pos.
+func (l *Log) Read(pos int64) (Record, error) {
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	w := l.wrote.Load()
+	if pos >= w || pos < 0 {
+		return Record{}, fmt.Errorf("%w: %d is not below the end %d", ErrNotFound, pos, w)
+	}
+	s := l.holdSegment(pos)
+	if s == nil {
+		return Record{}, fmt.Errorf("%w: %d is below the first retained position %d", ErrNotFound, pos, l.First())
+	}
+	defer s.release()
+	rec, _, err := readAt(s, pos, w)
+	if err == nil && rec.Payload == nil {
+		return Record{}, fmt.Errorf("%w: %d holds a filler", ErrInvalidPosition, pos)
+	}
+	return rec, err
+}
+
+// readAt decodes the record or filler at pos in s, which the caller holds,
+// and returns a copy and the position after it. A filler, or a gap too
+// short for a header, gives a Record with a nil Payload and next set to the
+// next segment. w is the end of the log.
+func readAt(s *segment, pos, w int64) (Record, int64, error) {
+	off := pos - s.base
+	room := s.size - off
+	if room < HeaderSize {
+		return Record{}, s.end(), nil
+	}
+	h, payload, err := decodeRecord(s.data[off:], pos, room)
+	if err == nil && h.kind == kindRecord && pos+recordSize(int(h.length)) > w {
+		err = errLength
+	}
+	if err != nil {
+		return Record{}, 0, corruptError(s.path, off, err)
+	}
+	if h.kind == kindFiller {
+		return Record{}, s.end(), nil
+	}
+	p := make([]byte, len(payload))
+	copy(p, payload)
+	return Record{Position: pos, StoredAt: h.timestamp, Payload: p}, pos + recordSize(len(p)), nil
+}
+
+// Iterator walks the log forward from a position. It is not safe for
+// concurrent use; Close it to release the segment it holds.
+type Iterator struct {
+	l   *Log
+	pos int64
+	seg *segment // held while not nil
+}
+
+// NewIterator returns an iterator positioned at from, which must be the
+// position of a record, the end of the log, or First().
+func (l *Log) NewIterator(from int64) *Iterator {
+	return &Iterator{l: l, pos: from}
+}
+
+// Position returns the position of the record the next call of Next will
+// return (or of the end of the log).
+func (it *Iterator) Position() int64 { return it.pos }
+
+// Next returns the next record, or io.EOF at the end of the written log.
+// After io.EOF, Next can be called again to follow new appends. A position
+// below the first retained segment gives ErrNotFound.
+func (it *Iterator) Next() (Record, error) {
+	l := it.l
+	l.readMu.RLock()
+	defer l.readMu.RUnlock()
+	for {
+		w := l.wrote.Load()
+		if it.pos >= w {
+			return Record{}, io.EOF
+		}
+		if it.seg == nil || it.pos < it.seg.base || it.pos >= it.seg.end() {
+			if it.seg != nil {
+				it.seg.release()
+			}
+			it.seg = l.holdSegment(it.pos)
+			if it.seg == nil {
+				return Record{}, fmt.Errorf("%w: %d is outside the retained log", ErrNotFound, it.pos)
+			}
+		}
+		rec, next, err := readAt(it.seg, it.pos, w)
+		if err != nil {
+			return Record{}, err
+		}
+		it.pos = next
+		if rec.Payload != nil {
+			return rec, nil
+		}
+	}
+}
+
+// Close releases the iterator's segment.
+func (it *Iterator) Close() {
+	if it.seg != nil {
+		it.seg.release()
+		it.seg = nil
+	}
+}
+
+// Verify reads every record from First to End and checks its CRC. It
+// returns an ErrCorrupt naming the file and offset of the first bad one.
+func (l *Log) Verify() error {
+	it := l.NewIterator(l.First())
+	defer it.Close()
+	for {
+		_, err := it.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// Close flushes everything, writes a final checkpoint, marks the shutdown
+// clean and releases the directory. Waiters still pending complete first.
+func (l *Log) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return ErrClosed
+	}
+	l.closed = true
+	l.mu.Unlock()
+
+	close(l.closing)
+	l.wg.Wait()
+
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.discardSpares()
+	err := l.syncAll()
+	l.wmu.Lock()
+	ws := l.waiters
+	l.waiters, l.shut = nil, true
+	l.wmu.Unlock()
+	l.finishWaiters(ws, err)
+	if err == nil {
+		err = l.writeCheckpoint()
+	}
+	if err == nil && l.Err() == nil {
+		// Clean: the next Open need not treat the tail as torn.
+		if err = l.fs.Remove(filepath.Join(l.dir, abortName)); err == nil {
+			err = l.fs.SyncDir(l.dir)
+		}
+	}
+	if err == nil {
+		err = l.Err()
+	}
+	if cerr := l.cp.close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	l.releaseAll()
+	l.lock.Close()
+	return err
+}
+
+// releaseAll drops the log's reference on every segment.
+func (l *Log) releaseAll() {
+	if p := l.segs.Load(); p != nil {
+		for _, s := range *p {
+			if s.locked {
+				s.m.Unlock(0, int(s.size))
+			}
+			s.release()
+		}
+	}
+	for _, s := range l.spares {
+		s.release()
+	}
+	l.spares = nil
+}
+
+// since returns the seconds elapsed since t.
+func since(t time.Time) float64 { return time.Since(t).Seconds() }

@@ -1,0 +1,159 @@
+package commitlog
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync/atomic"
+
+	"github.com/raftlog/raftlog/commitlog/vfs"
+)
+
+// segmentNameLen is the length of a segment file name: the 20-digit,
+// zero-padded logical offset of its first byte.
+const segmentNameLen = 20
+
+// segmentName returns the file name of the segment starting at base.
+func segmentName(base int64) string { return fmt.Sprintf("%020d", base) }
+
+// parseSegmentName returns the base offset named by a segment file name.
+func parseSegmentName(name string) (int64, bool) {
+	if len(name) != segmentNameLen {
+		return 0, false
+	}
+	for _, c := range name {
+		if c < '0' || c > '9' {
+			return 0, false
+		}
+	}
+	v, err := strconv.ParseInt(name, 10, 64)
+	return v, err == nil
+}
+
+// segment is one preallocated, memory-mapped file of the log.
+//
+// Lifetime: the log holds one reference from creation until the segment is
+// dropped (prefix deletion, suffix truncation, Close); every reader holds
+// another while it touches data. The mapping is unmapped and the file closed
+// when the count reaches zero, so no reader can fault on an unmapped page.
+type segment struct {
+	base int64 // logical offset of data[0]; immutable
+	size int64 // length of the file and the mapping; immutable
+	path string
+	file vfs.File
+	m    vfs.Mapping
+	data []byte // m.Bytes(); bytes below the log's wrote position are immutable until a truncation
+
+	refs atomic.Int64
+
+	// locked is true while the mapping is mlocked; owned by the log's mu.
+	locked bool
+}
+
+// end returns the logical offset just past the segment.
+func (s *segment) end() int64 { return s.base + s.size }
+
+// hold takes a reference for a reader. It fails once the segment has been
+// released by everyone, which readers treat as "deleted".
+func (s *segment) hold() bool {
+	for {
+		r := s.refs.Load()
+		if r <= 0 {
+			return false
+		}
+		if s.refs.CompareAndSwap(r, r+1) {
+			return true
+		}
+	}
+}
+
+// release drops a reference; the last one unmaps and closes the file.
+func (s *segment) release() {
+	if s.refs.Add(-1) == 0 {
+		s.m.Unmap()
+		s.file.Close()
+	}
+}
+
+// createSegment creates, preallocates and maps a new segment file. The
+// caller syncs the directory.
+func createSegment(fs vfs.FS, dir string, base, size int64, warm bool) (*segment, error) {
+	path := filepath.Join(dir, segmentName(base))
+	f, err := fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("commitlog: create segment %s: %w", path, err)
+	}
+	fail := func(err error) (*segment, error) {
+		f.Close()
+		fs.Remove(path)
+		return nil, err
+	}
+	if err := f.Allocate(size); err != nil {
+		if isNoSpace(err) {
+			return fail(fmt.Errorf("%w: preallocate %d bytes for %s: %w", ErrNoSpace, size, path, err))
+		}
+		return fail(fmt.Errorf("commitlog: preallocate segment %s: %w", path, err))
+	}
+	m, err := f.Map(int(size))
+	if err != nil {
+		return fail(fmt.Errorf("commitlog: map segment %s: %w", path, err))
+	}
+	s := &segment{base: base, size: size, path: path, file: f, m: m, data: m.Bytes()}
+	s.refs.Store(1)
+	if warm {
+		// Touch one byte per page so that the page tables and page cache
+		// entries exist before the first append. The bytes are zero in a
+		// new file, and writing zero keeps them so.
+		for i := 0; i < len(s.data); i += 4096 {
+			s.data[i] = 0
+		}
+	}
+	return s, nil
+}
+
+// openSegment maps an existing segment file.
+func openSegment(fs vfs.FS, path string, base int64) (*segment, error) {
+	f, err := fs.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return nil, fmt.Errorf("commitlog: open segment %s: %w", path, err)
+	}
+	size, err := f.Size()
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("commitlog: stat segment %s: %w", path, err)
+	}
+	if size < MinSegmentSize || size%4096 != 0 || size > 1<<32 {
+		f.Close()
+		return nil, fmt.Errorf("%w: segment %s has size %d, not a multiple of 4096 between %d and 4 GiB", ErrCorrupt, path, size, MinSegmentSize)
+	}
+	m, err := f.Map(int(size))
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("commitlog: map segment %s: %w", path, err)
+	}
+	s := &segment{base: base, size: size, path: path, file: f, m: m, data: m.Bytes()}
+	s.refs.Store(1)
+	return s, nil
+}
+
+// segmentList is an immutable, sorted list of segments; the log publishes a
+// new one through an atomic pointer whenever segments come or go.
+type segmentList []*segment
+
+// find returns the segment holding logical offset pos, or nil.
+func (l segmentList) find(pos int64) *segment {
+	lo, hi := 0, len(l)
+	for lo < hi {
+		mid := int(uint(lo+hi) >> 1)
+		if l[mid].end() <= pos {
+			lo = mid + 1
+		} else {
+			hi = mid
+		}
+	}
+	if lo < len(l) && l[lo].base <= pos {
+		return l[lo]
+	}
+	return nil
+}

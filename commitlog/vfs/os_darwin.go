@@ -1,0 +1,18 @@
+package vfs
+
+import (
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+func fdatasync(f *os.File) error {
+	// F_FULLFSYNC asks the drive to empty its cache too, which plain fsync
+	// does not do on macOS.
+	if _, err := unix.FcntlInt(f.Fd(), unix.F_FULLFSYNC, 0); err != nil {
+		return f.Sync()
+	}
+	return nil
+}
+
+func allocate(f *os.File, size int64) error { return allocateByWriting(f, size) }

@@ -1,0 +1,37 @@
+package vfs
+
+import (
+	"errors"
+	"os"
+
+	"golang.org/x/sys/unix"
+)
+
+func fdatasync(f *os.File) error {
+	for {
+		err := unix.Fdatasync(int(f.Fd()))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "fdatasync", Path: f.Name(), Err: err}
+		}
+		return nil
+	}
+}
+
+func allocate(f *os.File, size int64) error {
+	for {
+		err := unix.Fallocate(int(f.Fd()), 0, 0, size)
+		if err == unix.EINTR {
+			continue
+		}
+		if errors.Is(err, unix.EOPNOTSUPP) {
+			return allocateByWriting(f, size)
+		}
+		if err != nil {
+			return &os.PathError{Op: "fallocate", Path: f.Name(), Err: err}
+		}
+		return nil
+	}
+}
