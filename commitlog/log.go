@@ -114,6 +114,9 @@ type Log struct {
 	// spareWaiters is the slice the flusher swapped out last time, kept
 	// to avoid an allocation per round; owned by the flusher.
 	spareWaiters []*waiter
+	nwaiters     atomic.Int64  // len(waiters), readable without wmu
+	lastBatch    int64         // flusher: waiters completed by the last round
+	lastSync     time.Duration // flusher: duration of the last round's sync
 	kick         chan struct{}
 
 	closing chan struct{}
@@ -365,13 +368,13 @@ func (l *Log) takeNext(base int64) (*segment, error) {
 			l.dropSegments([]*segment{p.seg})
 		}
 	}
-	return l.newSegment(base)
+	return l.newSegment(base, false)
 }
 
-// newSegment creates the segment starting at base and makes its name
-// durable.
-func (l *Log) newSegment(base int64) (*segment, error) {
-	s, err := createSegment(l.fs, l.dir, base, l.opts.SegmentSize, l.opts.WarmSegments)
+// newSegment creates the segment starting at base, zero-filled if zero is
+// set, and makes its name durable.
+func (l *Log) newSegment(base int64, zero bool) (*segment, error) {
+	s, err := createSegment(l.fs, l.dir, base, l.opts.SegmentSize, zero, l.opts.WarmSegments)
 	if err != nil {
 		return nil, err
 	}
@@ -398,7 +401,7 @@ func (l *Log) startPrepare(base int64) {
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		p.seg, p.err = l.newSegment(base)
+		p.seg, p.err = l.newSegment(base, l.opts.Preallocate == PreallocateZeroes)
 		close(p.done)
 	}()
 }

@@ -35,6 +35,24 @@ const (
 	WriteMmap
 )
 
+// Preallocation says how a new segment's disk blocks are reserved.
+type Preallocation int
+
+const (
+	// PreallocateZeroes reserves the blocks and then writes zeroes over the
+	// whole segment in the background, before the segment is used. Syncs
+	// then only overwrite blocks the file system already considers written,
+	// and need no journal commit for extent conversion: on ext4 an
+	// fdatasync of a 64 KiB append costs about as much as one of 1 KiB.
+	// This doubles the bytes written to disk. It is the default.
+	PreallocateZeroes Preallocation = iota
+	// PreallocateSparse only reserves the blocks (fallocate). It halves the
+	// bytes written, but the first sync of each new block must also commit
+	// the file system's journal, so syncs covering several new blocks cost
+	// up to twice as much.
+	PreallocateSparse
+)
+
 // Defaults of Options.
 const (
 	DefaultSegmentSize           = 64 << 20
@@ -75,6 +93,11 @@ type Options struct {
 	// WritePath chooses pwrite+fdatasync (default) or stores through the
 	// mapping plus msync.
 	WritePath WritePath
+	// Preallocate chooses how new segments reserve their blocks (default
+	// PreallocateZeroes). Segments are prepared in the background, except
+	// the first one of a new log, which Open zero-fills itself (about
+	// 130 ms for 64 MiB on a disk writing 500 MiB/s).
+	Preallocate Preallocation
 	// WarmSegments pre-faults every page of a new segment's mapping while
 	// it is prepared in the background, so the first appends into it take
 	// no page faults. Off by default.
@@ -125,6 +148,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.Flush != SyncFlush && c.Flush != AsyncFlushUnsafe {
 		return c, fmt.Errorf("commitlog: unknown flush mode %d", c.Flush)
+	}
+	if c.Preallocate != PreallocateZeroes && c.Preallocate != PreallocateSparse {
+		return c, fmt.Errorf("commitlog: unknown preallocation %d", c.Preallocate)
 	}
 	if c.WritePath != WritePwrite && c.WritePath != WriteMmap {
 		return c, fmt.Errorf("commitlog: unknown write path %d", c.WritePath)

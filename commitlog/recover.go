@@ -181,7 +181,7 @@ func (l *Log) initFresh() error {
 	if err := l.writeCheckpointLocked(nil); err != nil {
 		return err
 	}
-	s, err := l.newSegment(0)
+	s, err := l.newSegment(0, l.opts.Preallocate == PreallocateZeroes)
 	if err != nil {
 		return err
 	}

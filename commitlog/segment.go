@@ -78,7 +78,7 @@ func (s *segment) release() {
 
 // createSegment creates, preallocates and maps a new segment file. The
 // caller syncs the directory.
-func createSegment(fs vfs.FS, dir string, base, size int64, warm bool) (*segment, error) {
+func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*segment, error) {
 	path := filepath.Join(dir, segmentName(base))
 	f, err := fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
@@ -95,6 +95,14 @@ func createSegment(fs vfs.FS, dir string, base, size int64, warm bool) (*segment
 		}
 		return fail(fmt.Errorf("commitlog: preallocate segment %s: %w", path, err))
 	}
+	if zero {
+		if err := writeZeroes(f, size); err != nil {
+			if isNoSpace(err) {
+				return fail(fmt.Errorf("%w: zero-fill %s: %w", ErrNoSpace, path, err))
+			}
+			return fail(fmt.Errorf("commitlog: zero-fill segment %s: %w", path, err))
+		}
+	}
 	m, err := f.Map(int(size))
 	if err != nil {
 		return fail(fmt.Errorf("commitlog: map segment %s: %w", path, err))
@@ -110,6 +118,17 @@ func createSegment(fs vfs.FS, dir string, base, size int64, warm bool) (*segment
 		}
 	}
 	return s, nil
+}
+
+// writeZeroes writes zeroes over the first size bytes of f and syncs them.
+func writeZeroes(f vfs.File, size int64) error {
+	zero := make([]byte, min(size, 1<<20))
+	for off := int64(0); off < size; off += int64(len(zero)) {
+		if _, err := f.WriteAt(zero[:min(int64(len(zero)), size-off)], off); err != nil {
+			return err
+		}
+	}
+	return f.Sync()
 }
 
 // openSegment maps an existing segment file.
