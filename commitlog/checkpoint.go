@@ -74,7 +74,7 @@ import (
 const (
 	// checkpointSlotSize is the size of one of the two slots of the
 	// checkpoint file. Wire format.
-	checkpointSlotSize = 4096
+	checkpointSlotSize = 64 << 10
 	// checkpointVersion is the version of the slot layout. Wire format.
 	checkpointVersion uint16 = 1
 	// checkpointMagic starts every valid slot: "RLCK" little-endian.

@@ -172,6 +172,27 @@ func (l *Log) Recovery() RecoveryInfo { return l.info }
 // Options.CheckpointMeta), or nil.
 func (l *Log) Meta() []byte { return l.meta }
 
+// SegmentInfo describes one segment file of the log.
+type SegmentInfo struct {
+	// Path is the file's path.
+	Path string
+	// Base is the position of the segment's first byte.
+	Base int64
+	// Size is the segment's size in bytes.
+	Size int64
+}
+
+// Segments describes the segment files in use, oldest first. The last one
+// is the one appends go to.
+func (l *Log) Segments() []SegmentInfo {
+	list := *l.segs.Load()
+	out := make([]SegmentInfo, len(list))
+	for i, s := range list {
+		out[i] = SegmentInfo{Path: s.path, Base: s.base, Size: s.size}
+	}
+	return out
+}
+
 // First returns the position of the first retained byte of the log.
 func (l *Log) First() int64 { return (*l.segs.Load())[0].base }
 

@@ -63,6 +63,8 @@ const (
 	DefaultCheckpointInterval    = time.Second
 	// MinSegmentSize is the smallest segment size Open accepts.
 	MinSegmentSize = 4096
+	// MaxCheckpointMeta is the most bytes of meta a checkpoint can hold.
+	MaxCheckpointMeta = maxCheckpointMeta
 )
 
 // Options configure a Log. The zero value, or nil, gives the defaults.
@@ -112,10 +114,13 @@ type Options struct {
 	// the last checkpoint, so this bounds the work of Open.
 	CheckpointInterval time.Duration
 	// CheckpointMeta, when set, is called before each checkpoint is written
-	// and its result is stored in the checkpoint (at most 4000 bytes); Meta
-	// returns it after the next Open. The layer above stores its own
-	// watermarks there. It must describe only records appended before the
-	// call. An error skips that checkpoint.
+	// and its result is stored in the checkpoint (at most
+	// MaxCheckpointMeta bytes); Meta returns it after the next Open. The
+	// layer above stores its own watermarks there; the meta of a checkpoint
+	// can lag the log, so it must check it against the records. The hook
+	// runs with no lock of the log held and may call Sync, WaitDurable and
+	// the read methods, but must not append, truncate or close. An error
+	// skips that checkpoint.
 	CheckpointMeta func() ([]byte, error)
 
 	// RetentionAge removes whole segments whose records are all older than
