@@ -1,0 +1,323 @@
+package raftstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"path/filepath"
+	"sort"
+	"sync"
+	"sync/atomic"
+
+	"github.com/raftlog/raftlog/commitlog"
+	"github.com/raftlog/raftlog/commitlog/vfs"
+)
+
+// Directory layout of a DB.
+const (
+	logDirName   = "log"   // the commit log
+	indexDirName = "index" // index/<group>/<first index>
+)
+
+// ErrClosed is returned by calls made after Close.
+var ErrClosed = errors.New("raftstore: closed")
+
+// ErrCorrupt reports an index or record that fails its checks.
+var ErrCorrupt = errors.New("raftstore: corrupt")
+
+// maxGroups bounds the groups of one DB: the checkpoint holds every group's
+// indexes in at most commitlog.MaxCheckpointMeta bytes, 41 bytes per group
+// at worst.
+const maxGroups = (commitlog.MaxCheckpointMeta - 32) / 41
+
+// DB is a commit log shared by many raft groups, each with its own index
+// and stable keys. Appends from every group go through the commit log's one
+// group commit, so one fdatasync completes the StoreLogs calls of every
+// group that arrived while the previous one ran.
+type DB struct {
+	dir    string
+	opts   Options
+	fs     vfs.FS
+	log    *commitlog.Log
+	stable *stableFile
+	m      *metricsSink
+
+	// mu guards groups and closed.
+	mu     sync.Mutex
+	groups map[uint64]*Store
+	closed bool
+
+	// ready is set once recovery is done; the checkpoint hook waits for it.
+	ready atomic.Bool
+	// delMu serialises the removal of commit-log segments.
+	delMu sync.Mutex
+	// failure latches an error that leaves the indexes in doubt.
+	failure atomic.Pointer[error]
+}
+
+// OpenDB opens (or creates) a DB in dir, recovering it after a crash.
+func OpenDB(dir string, opts *Options) (*DB, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := o.FS.MkdirAll(filepath.Join(dir, indexDirName), 0o755); err != nil {
+		return nil, fmt.Errorf("raftstore: create %s: %w", dir, err)
+	}
+	db := &DB{dir: dir, opts: o, fs: o.FS, groups: map[uint64]*Store{}}
+	db.m = newMetricsSink(o.MetricsPrefix)
+	if db.stable, err = openStable(o.FS, dir); err != nil {
+		return nil, err
+	}
+	lo := o.logOptions()
+	lo.CheckpointMeta = db.checkpointMeta
+	lo.Metrics = db.m
+	if db.log, err = commitlog.Open(filepath.Join(dir, logDirName), lo); err != nil {
+		db.stable.close()
+		return nil, fmt.Errorf("raftstore: %w", err)
+	}
+	if err := db.recover(); err != nil {
+		db.closeFiles()
+		db.log.Close()
+		db.stable.close()
+		return nil, err
+	}
+	db.ready.Store(true)
+	return db, nil
+}
+
+// Store returns the store of one raft group, creating the group on first
+// use. The group is remembered across restarts once Store returns.
+func (db *DB) Store(group uint64) (*Store, error) {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	if db.closed {
+		return nil, ErrClosed
+	}
+	if s, ok := db.groups[group]; ok {
+		return s, nil
+	}
+	if len(db.groups) >= maxGroups {
+		return nil, fmt.Errorf("raftstore: a DB holds at most %d groups", maxGroups)
+	}
+	if err := db.stable.set(group, nil, nil); err != nil {
+		return nil, err
+	}
+	s, err := db.openGroup(group)
+	if err != nil {
+		return nil, err
+	}
+	db.groups[group] = s
+	return s, nil
+}
+
+// Groups returns the ids of every group in the DB.
+func (db *DB) Groups() []uint64 {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	gs := make([]uint64, 0, len(db.groups))
+	for g := range db.groups {
+		gs = append(gs, g)
+	}
+	sort.Slice(gs, func(i, j int) bool { return gs[i] < gs[j] })
+	return gs
+}
+
+// openGroup opens the index files of a group. Its indexes are set by
+// recovery or start empty.
+func (db *DB) openGroup(group uint64) (*Store, error) {
+	dir := filepath.Join(db.dir, indexDirName, fmt.Sprintf("%020d", group))
+	if err := db.fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("raftstore: create %s: %w", dir, err)
+	}
+	s := &Store{db: db, group: group, dir: dir}
+	names, err := db.fs.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("raftstore: read %s: %w", dir, err)
+	}
+	var files indexFiles
+	for _, name := range names {
+		base, ok := parseIndexFileName(name)
+		if !ok {
+			continue
+		}
+		f, err := openIndexFile(db.fs, dir, base, false)
+		if err != nil {
+			closeIndexFiles(files)
+			return nil, err
+		}
+		files = append(files, f)
+	}
+	s.files.Store(&files)
+	return s, nil
+}
+
+// Close writes a final checkpoint and closes the commit log and every
+// index. Stores of the DB must not be used afterwards.
+func (db *DB) Close() error {
+	db.mu.Lock()
+	if db.closed {
+		db.mu.Unlock()
+		return ErrClosed
+	}
+	db.closed = true
+	db.mu.Unlock()
+	err := db.log.Close()
+	db.closeFiles()
+	if serr := db.stable.close(); err == nil {
+		err = serr
+	}
+	if err == nil {
+		err = db.err()
+	}
+	return err
+}
+
+func (db *DB) closeFiles() {
+	for _, s := range db.groups {
+		s.rw.Lock()
+		closeIndexFiles(*s.files.Load())
+		empty := indexFiles{}
+		s.files.Store(&empty)
+		s.rw.Unlock()
+	}
+}
+
+func closeIndexFiles(fs indexFiles) {
+	for _, f := range fs {
+		f.close()
+	}
+}
+
+// err returns the latched failure or ErrClosed.
+func (db *DB) err() error {
+	if p := db.failure.Load(); p != nil {
+		return *p
+	}
+	return nil
+}
+
+func (db *DB) fail(err error) error {
+	db.failure.CompareAndSwap(nil, &err)
+	return db.err()
+}
+
+// groupState is one group's indexes as a checkpoint records them.
+type groupState struct {
+	group, first, last, commit uint64
+}
+
+// checkpointMeta is the commit log's checkpoint hook. It records, for every
+// group, the first and last index and the persisted commit index, and the
+// commit-log position replay starts from after a crash. Before it returns,
+// every record those indexes describe is durable and so is every index
+// slot below them.
+func (db *DB) checkpointMeta() ([]byte, error) {
+	if !db.ready.Load() {
+		return nil, errors.New("raftstore: recovery still running")
+	}
+	if err := db.err(); err != nil {
+		return nil, err
+	}
+	replayFrom := db.log.End()
+	db.mu.Lock()
+	stores := make([]*Store, 0, len(db.groups))
+	for _, s := range db.groups {
+		stores = append(stores, s)
+	}
+	closed := db.closed
+	db.mu.Unlock()
+	sort.Slice(stores, func(i, j int) bool { return stores[i].group < stores[j].group })
+	states := make([]groupState, 0, len(stores))
+	for _, s := range stores {
+		st, err := s.syncIndex()
+		if err != nil {
+			return nil, db.fail(err)
+		}
+		states = append(states, st)
+	}
+	if !closed {
+		// The states may describe records written after replayFrom: make
+		// all of them durable before the checkpoint claims them.
+		if err := db.log.WaitDurable(db.log.End()); err != nil {
+			return nil, err
+		}
+	}
+	return encodeMeta(replayFrom, states), nil
+}
+
+// encodeMeta encodes the checkpoint meta: a version byte, the replay
+// position, then each group's id, first, last and commit index.
+func encodeMeta(replayFrom int64, states []groupState) []byte {
+	b := []byte{1}
+	b = binary.AppendUvarint(b, uint64(replayFrom))
+	b = binary.AppendUvarint(b, uint64(len(states)))
+	for _, s := range states {
+		b = binary.AppendUvarint(b, s.group)
+		b = binary.AppendUvarint(b, s.first)
+		b = binary.AppendUvarint(b, s.last)
+		b = binary.AppendUvarint(b, s.commit)
+	}
+	return b
+}
+
+// decodeMeta decodes checkpoint meta; empty meta means a new DB.
+func decodeMeta(b []byte) (int64, []groupState, error) {
+	if len(b) == 0 {
+		return 0, nil, nil
+	}
+	if b[0] != 1 {
+		return 0, nil, fmt.Errorf("%w: checkpoint meta version %d", ErrCorrupt, b[0])
+	}
+	d := decoder{b: b[1:]}
+	replayFrom := d.uvarint()
+	n := d.uvarint()
+	if n > maxGroups {
+		return 0, nil, fmt.Errorf("%w: checkpoint meta lists %d groups", ErrCorrupt, n)
+	}
+	states := make([]groupState, 0, n)
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		states = append(states, groupState{group: d.uvarint(), first: d.uvarint(), last: d.uvarint(), commit: d.uvarint()})
+	}
+	if d.err != nil || len(d.b) != 0 {
+		return 0, nil, fmt.Errorf("%w: checkpoint meta malformed", ErrCorrupt)
+	}
+	return int64(replayFrom), states, nil
+}
+
+// releaseSegments removes the commit-log segments that no group needs: all
+// of those before the first entry of every group. Before removing any, it
+// writes a checkpoint, so that recovery never needs to replay a record from
+// a removed segment.
+func (db *DB) releaseSegments() error {
+	db.delMu.Lock()
+	defer db.delMu.Unlock()
+	keep := db.log.End()
+	for _, s := range db.storesSnapshot() {
+		if pos, ok := s.firstPosition(); ok && pos < keep {
+			keep = pos
+		}
+	}
+	segs := db.log.Segments()
+	if len(segs) < 2 || segs[0].Base+segs[0].Size > keep {
+		return nil
+	}
+	if err := db.log.Checkpoint(); err != nil {
+		return err
+	}
+	n, err := db.log.DeleteBefore(keep)
+	if n > 0 {
+		db.m.IncCounter("segments_released", uint64(n))
+	}
+	return err
+}
+
+func (db *DB) storesSnapshot() []*Store {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	out := make([]*Store, 0, len(db.groups))
+	for _, s := range db.groups {
+		out = append(out, s)
+	}
+	return out
+}

@@ -1,0 +1,58 @@
+// Package raftstore stores hashicorp/raft's log and stable state in a
+// raftlog commit log. A *Store implements raft.LogStore, raft.StableStore,
+// raft.MonotonicLogStore and raft.CommitTrackingLogStore; Open gives a
+// store of its own, and a DB (OpenDB) shares one commit log, and so one
+// group commit, between many raft groups.
+//
+// # Layout
+//
+// A directory holds the commit log (log/), one index directory per group
+// (index/<group>/, fixed-width slots mapping raft indexes to commit-log
+// positions in memory-mapped files) and the stable state (stable.0,
+// stable.1). Each raft.Log is one commit-log record (codec.go), checked by
+// the log's CRC-32C on every read.
+//
+// # Durability
+//
+// With SyncFlush (the default) StoreLogs returns only after its entries
+// are durable; the commit log's group commit makes one fdatasync serve
+// every group whose StoreLogs arrived while the previous one ran. With
+// AsyncFlush StoreLogs returns once the entries are in the page cache:
+// entries survive a crash of the process, but a power loss or an
+// operating-system crash can lose acknowledged entries, which Raft's
+// safety argument does not allow for. In both modes Set, SetUint64 and
+// DeleteRange are durable when they return: votes are never asynchronous.
+//
+// A StoreLogs batch is all or nothing across a crash: recovery removes a
+// batch whose last entry did not reach the disk. A staged commit index
+// (StageCommitIndex) is stored in the last entry of the next batch, so it
+// is exactly as durable as that batch.
+//
+// Every CheckpointInterval the index slots written since the last
+// checkpoint are synced and every group's first, last and commit index is
+// stored in the commit log's checkpoint, with the commit-log position to
+// replay from. Open replays only the records after that position: opening
+// after a clean shutdown or a crash reads the checkpoint and the tail.
+//
+// # Concurrency
+//
+// A Store is safe for concurrent use. Writers of a group (StoreLogs,
+// DeleteRange) are serialised; GetLog, FirstIndex and LastIndex do not wait
+// for them: GetLog takes an uncontended read lock, loads the position from
+// the mapped index slot and reads one record, so it is O(1) in the size of
+// the log. GetLog returns a copy that later writes never change.
+//
+// # Contracts
+//
+// A missing entry returns raft.ErrLogNotFound itself, unwrapped. FirstIndex
+// and LastIndex are 0 for an empty store. The first batch of an empty store
+// may start at any index; later batches must continue from the last index
+// (a gap is an error). DeleteRange removes a prefix, a suffix or everything.
+// A missing stable key reads as an empty value or 0.
+//
+// # What it does not do
+//
+// Segments of the commit log are removed only when no group needs them, so
+// a group that never compacts pins the log for every group. A DB holds at
+// most a few thousand groups: every group's indexes live in one checkpoint.
+package raftstore

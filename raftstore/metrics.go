@@ -1,0 +1,71 @@
+package raftstore
+
+import (
+	"time"
+
+	metrics "github.com/hashicorp/go-metrics"
+	"github.com/raftlog/raftlog/commitlog"
+)
+
+// metricsSink reports to go-metrics, the library hashicorp/raft itself
+// reports through, so a service that already exports raft's metrics gets
+// these too. Keys are the prefix (default "raftstore") followed by:
+//
+//	store_logs          sample: StoreLogs latency, ms
+//	entries_stored      counter: entries stored
+//	bytes_stored        counter: encoded entry bytes stored
+//	get_log             sample: GetLog latency, ms
+//	appends, append_bytes, syncs, segments_created, segments_removed,
+//	segments_released   counters from the commit log
+//	sync_seconds        sample: fdatasync latency, ms (name kept from the log)
+//	records_per_sync    sample: entries made durable by one fdatasync
+//	flush_lag_bytes     sample: bytes waiting for each sync
+type metricsSink struct {
+	prefix []string
+	keys   map[string][]string // immutable after construction
+}
+
+var _ commitlog.Metrics = (*metricsSink)(nil)
+
+func newMetricsSink(prefix []string) *metricsSink {
+	m := &metricsSink{prefix: prefix, keys: map[string][]string{}}
+	for _, name := range []string{
+		"store_logs", "entries_stored", "bytes_stored", "get_log", "segments_released",
+		commitlog.MetricAppends, commitlog.MetricAppendBytes, commitlog.MetricSyncs,
+		commitlog.MetricSyncSeconds, commitlog.MetricRecordsPerSync, commitlog.MetricFlushLagBytes,
+		commitlog.MetricSegmentsCreated, commitlog.MetricSegmentsRemoved,
+	} {
+		m.keys[name] = append(append([]string(nil), prefix...), name)
+	}
+	return m
+}
+
+func (m *metricsSink) key(name string) []string {
+	if k, ok := m.keys[name]; ok {
+		return k
+	}
+	return append(append([]string(nil), m.prefix...), name)
+}
+
+// IncCounter implements commitlog.Metrics.
+func (m *metricsSink) IncCounter(name string, delta uint64) {
+	metrics.IncrCounter(m.key(name), float32(delta))
+}
+
+// Observe implements commitlog.Metrics.
+func (m *metricsSink) Observe(name string, v float64) {
+	if name == commitlog.MetricSyncSeconds {
+		v *= 1000 // go-metrics timers are in milliseconds
+	}
+	metrics.AddSample(m.key(name), float32(v))
+}
+
+func (m *metricsSink) storeLogs(start time.Time, entries, bytes int) {
+	metrics.MeasureSince(m.keys["store_logs"], start)
+	metrics.IncrCounter(m.keys["entries_stored"], float32(entries))
+	metrics.IncrCounter(m.keys["bytes_stored"], float32(bytes))
+}
+
+func (m *metricsSink) getLog(start time.Time) {
+	metrics.MeasureSince(m.keys["get_log"], start)
+}

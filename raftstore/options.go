@@ -1,0 +1,77 @@
+package raftstore
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/raftlog/raftlog/commitlog"
+	"github.com/raftlog/raftlog/commitlog/vfs"
+)
+
+// FlushMode says when StoreLogs returns.
+type FlushMode int
+
+const (
+	// SyncFlush returns from StoreLogs and DeleteRange only after the
+	// entries are durable (group commit). This is the default, and what
+	// Raft's safety argument assumes.
+	SyncFlush FlushMode = iota
+	// AsyncFlush returns from StoreLogs once the entries are written to the
+	// page cache and syncs in the background (every 500 ms, and at least
+	// every 10 s). UNSAFE on power loss or an operating-system crash: a
+	// node can lose entries it acknowledged, and with them a vote or a
+	// commit the cluster counted on. A crash of the process alone loses
+	// nothing. Stable-store writes and DeleteRange stay synchronous.
+	AsyncFlush
+)
+
+// Options configure a Store or DB. Nil or zero Options mean the defaults.
+type Options struct {
+	// Flush is SyncFlush (default) or AsyncFlush (unsafe on power loss).
+	Flush FlushMode
+	// SegmentSize is the size of commit-log segment files (default 64 MiB).
+	// An entry, encoded, must fit in one segment.
+	SegmentSize int64
+	// CheckpointInterval is how often the indexes are synced and the
+	// checkpoint written (default 1 s); it bounds the tail recovery scans.
+	CheckpointInterval time.Duration
+	// MetricsPrefix prefixes the go-metrics keys (default "raftstore").
+	MetricsPrefix []string
+	// FS is the file system (default the operating system's); tests pass
+	// a faultfs.FS.
+	FS vfs.FS
+}
+
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	if c.Flush != SyncFlush && c.Flush != AsyncFlush {
+		return c, fmt.Errorf("raftstore: unknown flush mode %d", c.Flush)
+	}
+	if c.CheckpointInterval < 0 {
+		return c, fmt.Errorf("raftstore: negative checkpoint interval %v", c.CheckpointInterval)
+	}
+	if c.MetricsPrefix == nil {
+		c.MetricsPrefix = []string{"raftstore"}
+	}
+	if c.FS == nil {
+		c.FS = vfs.Default
+	}
+	return c, nil
+}
+
+// logOptions returns the commit-log options for o.
+func (o *Options) logOptions() *commitlog.Options {
+	flush := commitlog.SyncFlush
+	if o.Flush == AsyncFlush {
+		flush = commitlog.AsyncFlushUnsafe
+	}
+	return &commitlog.Options{
+		SegmentSize:        o.SegmentSize,
+		Flush:              flush,
+		CheckpointInterval: o.CheckpointInterval,
+		FS:                 o.FS,
+	}
+}

@@ -1,0 +1,292 @@
+package raftstore
+
+// The stable store: every group's keys and values (CurrentTerm,
+// LastVoteTerm, LastVoteCand, ...) and the list of groups, kept in two
+// files, stable.0 and stable.1, written alternately. Each holds the whole
+// state:
+//
+//	+--------+---------+----------+-------------+-----------+----------+
+//	| "RLST" | version | sequence | payload len | payload   | CRC-32C  |
+//	| 4 B    | 4 B = 1 | 8 B      | 4 B         |           | 4 B      |
+//	+--------+---------+----------+-------------+-----------+----------+
+//
+//	payload: uvarint group count, then per group: uvarint group id,
+//	uvarint key count, then per key: uvarint len, key, uvarint len, value.
+//
+// The CRC covers everything before it; integers are little-endian. Open
+// reads both files and keeps the valid one with the higher sequence, so a
+// write torn by a crash leaves the previous state in the other file. A
+// write is one pwrite and one fdatasync of the older file: Set is durable
+// when it returns, in every flush mode. Concurrent writers share a write.
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+
+	"github.com/raftlog/raftlog/commitlog/vfs"
+)
+
+const (
+	stableMagic   = "RLST"
+	stableVersion = 1
+	stableHeader  = 20
+)
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+var errStableCorrupt = errors.New("raftstore: stable file corrupt")
+
+// stableState is every group's key-value map.
+type stableState map[uint64]map[string][]byte
+
+type stableFile struct {
+	fs    vfs.FS
+	paths [2]string
+
+	// mu guards state and version.
+	mu      sync.Mutex
+	state   stableState
+	version uint64 // bumped by every change
+
+	// wmu serialises writes of the files.
+	wmu     sync.Mutex
+	files   [2]vfs.File // wmu
+	seq     uint64      // wmu: sequence of the newest valid file
+	durable uint64      // wmu: version the newest file holds
+	failed  error       // wmu: a failed write makes the state unknown
+}
+
+// openStable opens the stable files in dir, creating them if needed.
+func openStable(fs vfs.FS, dir string) (*stableFile, error) {
+	s := &stableFile{fs: fs, state: stableState{}}
+	created := false
+	for i := range s.files {
+		s.paths[i] = filepath.Join(dir, fmt.Sprintf("stable.%d", i))
+		f, err := fs.OpenFile(s.paths[i], os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("raftstore: open %s: %w", s.paths[i], err)
+		}
+		s.files[i] = f
+		if size, _ := f.Size(); size == 0 {
+			created = true
+		}
+	}
+	if created {
+		if err := fs.SyncDir(dir); err != nil {
+			s.close()
+			return nil, fmt.Errorf("raftstore: sync directory %s: %w", dir, err)
+		}
+	}
+	var best []byte
+	for i, f := range s.files {
+		b, seq, err := readStable(f)
+		if err != nil {
+			continue // empty, torn or never written: the other file holds the state
+		}
+		_ = i
+		if best == nil || seq > s.seq {
+			best, s.seq = b, seq
+		}
+	}
+	if best != nil {
+		st, err := decodeStable(best)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("%w: %s: %v", errStableCorrupt, dir, err)
+		}
+		s.state = st
+	}
+	return s, nil
+}
+
+// readStable reads and checks one stable file, returning its payload.
+func readStable(f vfs.File) ([]byte, uint64, error) {
+	size, err := f.Size()
+	if err != nil {
+		return nil, 0, err
+	}
+	if size < stableHeader+4 || size > 1<<30 {
+		return nil, 0, errStableCorrupt
+	}
+	b := make([]byte, size)
+	if _, err := f.ReadAt(b, 0); err != nil {
+		return nil, 0, err
+	}
+	if string(b[0:4]) != stableMagic || binary.LittleEndian.Uint32(b[4:8]) != stableVersion {
+		return nil, 0, errStableCorrupt
+	}
+	seq := binary.LittleEndian.Uint64(b[8:16])
+	n := int64(binary.LittleEndian.Uint32(b[16:20]))
+	if stableHeader+n+4 > size {
+		return nil, 0, errStableCorrupt
+	}
+	end := stableHeader + n
+	if crc32.Checksum(b[:end], castagnoli) != binary.LittleEndian.Uint32(b[end:end+4]) {
+		return nil, 0, errStableCorrupt
+	}
+	return b[stableHeader:end], seq, nil
+}
+
+// encodeStable encodes a state as a stable payload, in a stable order.
+func encodeStable(st stableState) []byte {
+	groups := make([]uint64, 0, len(st))
+	for g := range st {
+		groups = append(groups, g)
+	}
+	sort.Slice(groups, func(i, j int) bool { return groups[i] < groups[j] })
+	b := binary.AppendUvarint(nil, uint64(len(groups)))
+	for _, g := range groups {
+		kv := st[g]
+		keys := make([]string, 0, len(kv))
+		for k := range kv {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		b = binary.AppendUvarint(b, g)
+		b = binary.AppendUvarint(b, uint64(len(keys)))
+		for _, k := range keys {
+			b = binary.AppendUvarint(b, uint64(len(k)))
+			b = append(b, k...)
+			b = binary.AppendUvarint(b, uint64(len(kv[k])))
+			b = append(b, kv[k]...)
+		}
+	}
+	return b
+}
+
+// decodeStable decodes a stable payload.
+func decodeStable(p []byte) (stableState, error) {
+	d := decoder{b: p}
+	st := stableState{}
+	ng := d.uvarint()
+	for i := uint64(0); i < ng && d.err == nil; i++ {
+		g := d.uvarint()
+		nk := d.uvarint()
+		kv := map[string][]byte{}
+		for j := uint64(0); j < nk && d.err == nil; j++ {
+			k := d.bytes()
+			v := d.bytes()
+			kv[string(k)] = append([]byte(nil), v...)
+		}
+		st[g] = kv
+	}
+	if d.err != nil {
+		return nil, d.err
+	}
+	if len(d.b) != 0 {
+		return nil, fmt.Errorf("%d trailing bytes", len(d.b))
+	}
+	return st, nil
+}
+
+// get returns the value of key in group.
+func (s *stableFile) get(group uint64, key []byte) ([]byte, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	v, ok := s.state[group][string(key)]
+	if !ok {
+		return nil, false
+	}
+	return append([]byte(nil), v...), true
+}
+
+// hasGroup reports whether group was ever created.
+func (s *stableFile) hasGroup(group uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, ok := s.state[group]
+	return ok
+}
+
+// groups returns every group ever created.
+func (s *stableFile) groups() []uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	gs := make([]uint64, 0, len(s.state))
+	for g := range s.state {
+		gs = append(gs, g)
+	}
+	sort.Slice(gs, func(i, j int) bool { return gs[i] < gs[j] })
+	return gs
+}
+
+// set stores key=val in group (creating the group), or only creates the
+// group when key is nil, and returns once the change is durable.
+func (s *stableFile) set(group uint64, key, val []byte) error {
+	s.mu.Lock()
+	kv, ok := s.state[group]
+	if !ok {
+		kv = map[string][]byte{}
+		s.state[group] = kv
+	}
+	if key != nil {
+		kv[string(key)] = append([]byte(nil), val...)
+	} else if ok {
+		s.mu.Unlock()
+		return nil
+	}
+	s.version++
+	want := s.version
+	s.mu.Unlock()
+	return s.flush(want)
+}
+
+// flush writes the state to the older file unless a write that covers
+// version want already completed.
+func (s *stableFile) flush(want uint64) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.failed != nil {
+		return s.failed
+	}
+	if s.durable >= want {
+		return nil
+	}
+	s.mu.Lock()
+	payload := encodeStable(s.state)
+	version := s.version
+	s.mu.Unlock()
+
+	seq := s.seq + 1
+	b := make([]byte, stableHeader, stableHeader+len(payload)+4)
+	copy(b, stableMagic)
+	binary.LittleEndian.PutUint32(b[4:8], stableVersion)
+	binary.LittleEndian.PutUint64(b[8:16], seq)
+	binary.LittleEndian.PutUint32(b[16:20], uint32(len(payload)))
+	b = append(b, payload...)
+	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
+	i := seq % 2
+	f := s.files[i]
+	_, err := f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Truncate(int64(len(b)))
+	}
+	if err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		s.failed = fmt.Errorf("raftstore: write stable file %s: %w", s.paths[i], err)
+		return s.failed
+	}
+	s.seq, s.durable = seq, version
+	return nil
+}
+
+func (s *stableFile) close() error {
+	var err error
+	for _, f := range s.files {
+		if f != nil {
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+		}
+	}
+	return err
+}

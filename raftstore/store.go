@@ -1,0 +1,406 @@
+package raftstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+	"github.com/raftlog/raftlog/commitlog"
+)
+
+// Compile-time checks of the interfaces hashicorp/raft looks for.
+var (
+	_ raft.LogStore               = (*Store)(nil)
+	_ raft.StableStore            = (*Store)(nil)
+	_ raft.MonotonicLogStore      = (*Store)(nil)
+	_ raft.CommitTrackingLogStore = (*Store)(nil)
+)
+
+// Store is the log and stable store of one raft group. It is safe for
+// concurrent use: raft appends from one goroutine while its replication
+// goroutines read.
+type Store struct {
+	db    *DB
+	group uint64
+	dir   string
+	// own is set for a Store returned by Open, which closes its DB.
+	own bool
+
+	// wmu serialises the writers of the group: StoreLogs, DeleteRange and
+	// the checkpoint's snapshot of the indexes.
+	wmu      sync.Mutex
+	buf      []byte   // wmu: encoded entries of one batch
+	payloads [][]byte // wmu
+	staged   uint64   // wmu: commit index staged for the next StoreLogs
+
+	// rw keeps readers out while index files are unmapped.
+	rw    sync.RWMutex
+	files atomic.Pointer[indexFiles]
+
+	first  atomic.Uint64 // 0 when the group holds no entries
+	last   atomic.Uint64 // 0 when the group holds no entries
+	commit atomic.Uint64 // the persisted commit index
+}
+
+// Open opens the store in dir: a DB with one group. Closing the Store
+// closes the DB.
+func Open(dir string, opts *Options) (*Store, error) {
+	db, err := OpenDB(dir, opts)
+	if err != nil {
+		return nil, err
+	}
+	s, err := db.Store(0)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	s.own = true
+	return s, nil
+}
+
+// Group returns the id of the store's raft group.
+func (s *Store) Group() uint64 { return s.group }
+
+// Close closes the DB of a Store returned by Open. For a Store from a DB it
+// does nothing: close the DB.
+func (s *Store) Close() error {
+	if s.own {
+		return s.db.Close()
+	}
+	return nil
+}
+
+// FirstIndex returns the first index stored, 0 when there is none.
+func (s *Store) FirstIndex() (uint64, error) { return s.first.Load(), nil }
+
+// LastIndex returns the last index stored, 0 when there is none.
+func (s *Store) LastIndex() (uint64, error) { return s.last.Load(), nil }
+
+// IsMonotonic reports that the store refuses gaps between batches, so raft
+// deletes every entry after restoring a snapshot.
+func (s *Store) IsMonotonic() bool { return true }
+
+// GetLog reads the entry at index into out, which it overwrites with a
+// copy. A missing entry returns raft.ErrLogNotFound itself.
+func (s *Store) GetLog(index uint64, out *raft.Log) error {
+	start := time.Now()
+	s.rw.RLock()
+	defer s.rw.RUnlock()
+	first, last := s.first.Load(), s.last.Load()
+	if last == 0 || index < first || index > last {
+		return raft.ErrLogNotFound
+	}
+	f := s.files.Load().find(index)
+	if f == nil {
+		return fmt.Errorf("%w: group %d has no index file for %d (first %d, last %d)", ErrCorrupt, s.group, index, first, last)
+	}
+	pos := f.load(index)
+	if pos < 0 {
+		return fmt.Errorf("%w: index %s has no slot for %d", ErrCorrupt, f.path, index)
+	}
+	rec, err := s.db.log.Read(pos)
+	if err != nil {
+		if errors.Is(err, commitlog.ErrNotFound) && s.first.Load() > index {
+			return raft.ErrLogNotFound // compacted while we read
+		}
+		return fmt.Errorf("raftstore: group %d index %d: %w", s.group, index, err)
+	}
+	r, err := decodeRecord(rec.Payload)
+	if err == nil && (r.kind != kindEntry || r.group != s.group || r.log.Index != index) {
+		err = fmt.Errorf("holds group %d index %d", r.group, r.log.Index)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: index %s slot %d points at commit-log position %d, which %v", ErrCorrupt, f.path, index, pos, err)
+	}
+	*out = r.log
+	s.db.m.getLog(start)
+	return nil
+}
+
+// StoreLog stores one entry.
+func (s *Store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
+
+// StoreLogs stores a batch of entries. The first batch of an empty store
+// may start at any index; later ones must follow the last index. With
+// SyncFlush it returns once the batch is durable. A batch a crash cuts
+// short is never visible.
+func (s *Store) StoreLogs(logs []*raft.Log) error {
+	if len(logs) == 0 {
+		return nil
+	}
+	start := time.Now()
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.db.err(); err != nil {
+		return err
+	}
+	last := s.last.Load()
+	for i, l := range logs {
+		want := logs[0].Index + uint64(i)
+		if i == 0 && last != 0 {
+			want = last + 1
+		}
+		if l.Index != want {
+			return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, l.Index, want-1)
+		}
+	}
+	if logs[0].Index == 0 {
+		return fmt.Errorf("raftstore: group %d: raft index 0 is not valid", s.group)
+	}
+	if err := s.ensureIndexFiles(logs[0].Index, logs[len(logs)-1].Index); err != nil {
+		return err
+	}
+
+	// Encode every entry into one buffer, then slice it.
+	s.buf = s.buf[:0]
+	ends := make([]int, len(logs))
+	for i, l := range logs {
+		flags, commit := byte(0), uint64(0)
+		if i == len(logs)-1 {
+			flags = flagBatchEnd
+			if s.staged != 0 {
+				flags |= flagHasCommit
+				commit = s.staged
+			}
+		}
+		s.buf = appendEntry(s.buf, s.group, l, flags, commit)
+		ends[i] = len(s.buf)
+	}
+	s.payloads = s.payloads[:0]
+	prev := 0
+	for _, e := range ends {
+		s.payloads = append(s.payloads, s.buf[prev:e:e])
+		prev = e
+	}
+	positions, end, err := s.db.log.Write(s.payloads)
+	if err != nil {
+		return fmt.Errorf("raftstore: group %d: %w", s.group, err)
+	}
+	files := s.files.Load()
+	for i, l := range logs {
+		files.find(l.Index).store(l.Index, positions[i])
+	}
+	if s.db.opts.Flush == SyncFlush {
+		if err := s.db.log.WaitDurable(end); err != nil {
+			return fmt.Errorf("raftstore: group %d: %w", s.group, err)
+		}
+	}
+	if last == 0 {
+		s.first.Store(logs[0].Index)
+	}
+	s.last.Store(logs[len(logs)-1].Index)
+	if s.staged != 0 {
+		s.commit.Store(s.staged)
+		s.staged = 0
+	}
+	s.db.m.storeLogs(start, len(logs), len(s.buf))
+	return nil
+}
+
+// ensureIndexFiles creates the index files for [lo, hi]. wmu must be held.
+func (s *Store) ensureIndexFiles(lo, hi uint64) error {
+	files := *s.files.Load()
+	if len(files) > 0 && files.find(lo) != nil && files.find(hi) != nil {
+		return nil
+	}
+	// Keep the run contiguous: drop files that cannot join it (only after
+	// everything was deleted), then add what is missing on either side.
+	if len(files) > 0 && (fileBase(hi) < files[0].base || fileBase(lo) > files[len(files)-1].base+indexSlotsPerFile) {
+		if s.last.Load() != 0 {
+			return fmt.Errorf("raftstore: group %d: entries %d..%d are far from the indexes", s.group, lo, hi)
+		}
+		s.dropIndexFiles(func(*indexFile) bool { return true })
+		files = nil
+	}
+	from, to := fileBase(lo), fileBase(hi)
+	if len(files) > 0 {
+		from = min(from, files[0].base)
+		to = max(to, files[len(files)-1].base)
+	}
+	var next, created indexFiles
+	for b := from; b <= to; b += indexSlotsPerFile {
+		if f := files.find(b); f != nil {
+			next = append(next, f)
+			continue
+		}
+		f, err := openIndexFile(s.db.fs, s.dir, b, true)
+		if err != nil {
+			closeIndexFiles(created)
+			return err
+		}
+		created = append(created, f)
+		next = append(next, f)
+	}
+	if len(created) > 0 {
+		if err := s.db.fs.SyncDir(s.dir); err != nil {
+			closeIndexFiles(created)
+			return fmt.Errorf("raftstore: sync directory %s: %w", s.dir, err)
+		}
+	}
+	s.rw.Lock()
+	s.files.Store(&next)
+	s.rw.Unlock()
+	return nil
+}
+
+// dropIndexFiles removes the index files drop selects. wmu must be held.
+func (s *Store) dropIndexFiles(drop func(*indexFile) bool) {
+	files := *s.files.Load()
+	var keep, gone indexFiles
+	for _, f := range files {
+		if drop(f) {
+			gone = append(gone, f)
+		} else {
+			keep = append(keep, f)
+		}
+	}
+	if len(gone) == 0 {
+		return
+	}
+	s.rw.Lock()
+	s.files.Store(&keep)
+	s.rw.Unlock()
+	for _, f := range gone {
+		f.close()
+		s.db.fs.Remove(f.path)
+	}
+}
+
+// DeleteRange deletes the entries in [min, max], inclusive: a prefix after
+// a snapshot, a suffix on a term conflict, or everything after a snapshot
+// install. It is durable when it returns, in every flush mode.
+func (s *Store) DeleteRange(min, max uint64) error {
+	s.wmu.Lock()
+	err := s.deleteRange(min, max)
+	s.wmu.Unlock()
+	if err != nil {
+		return err
+	}
+	return s.db.releaseSegments()
+}
+
+func (s *Store) deleteRange(lo, hi uint64) error {
+	if err := s.db.err(); err != nil {
+		return err
+	}
+	first, last := s.first.Load(), s.last.Load()
+	if last == 0 || hi < first || lo > last || lo > hi {
+		return nil
+	}
+	if lo > first && hi < last {
+		return fmt.Errorf("raftstore: group %d: cannot delete %d..%d from the middle of %d..%d", s.group, lo, hi, first, last)
+	}
+	rec := appendDeleteRange(nil, s.group, lo, hi)
+	_, end, err := s.db.log.Write([][]byte{rec})
+	if err == nil {
+		err = s.db.log.WaitDurable(end)
+	}
+	if err != nil {
+		return fmt.Errorf("raftstore: group %d: delete %d..%d: %w", s.group, lo, hi, err)
+	}
+	s.applyDeleteRange(lo, hi)
+	return nil
+}
+
+// applyDeleteRange updates the indexes for DeleteRange(lo, hi) and drops
+// index files no entry needs. wmu must be held (or recovery be running).
+func (s *Store) applyDeleteRange(lo, hi uint64) {
+	first, last := s.first.Load(), s.last.Load()
+	if last == 0 || hi < first || lo > last || lo > hi {
+		return
+	}
+	switch {
+	case lo <= first && hi >= last:
+		s.last.Store(0)
+		s.first.Store(0)
+		s.dropIndexFiles(func(*indexFile) bool { return true })
+	case lo <= first:
+		s.first.Store(hi + 1)
+		keepFrom := fileBase(hi + 1)
+		s.dropIndexFiles(func(f *indexFile) bool { return f.base < keepFrom })
+	default:
+		s.last.Store(lo - 1)
+		if c := s.commit.Load(); c > lo-1 {
+			s.commit.Store(lo - 1)
+		}
+	}
+}
+
+// firstPosition returns the commit-log position of the group's first entry.
+func (s *Store) firstPosition() (int64, bool) {
+	s.rw.RLock()
+	defer s.rw.RUnlock()
+	first, last := s.first.Load(), s.last.Load()
+	if last == 0 {
+		return 0, false
+	}
+	f := s.files.Load().find(first)
+	if f == nil {
+		return 0, false
+	}
+	pos := f.load(first)
+	return pos, pos >= 0
+}
+
+// syncIndex makes the dirty index slots durable and returns the group's
+// indexes for the checkpoint.
+func (s *Store) syncIndex() (groupState, error) {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	for _, f := range *s.files.Load() {
+		if err := f.sync(); err != nil {
+			return groupState{}, err
+		}
+	}
+	return groupState{group: s.group, first: s.first.Load(), last: s.last.Load(), commit: s.commit.Load()}, nil
+}
+
+// StageCommitIndex stages a commit index; the next StoreLogs persists it
+// atomically with its entries.
+func (s *Store) StageCommitIndex(index uint64) error {
+	s.wmu.Lock()
+	s.staged = index
+	s.wmu.Unlock()
+	return nil
+}
+
+// GetCommitIndex returns the persisted commit index, never above the last
+// index.
+func (s *Store) GetCommitIndex() (uint64, error) {
+	return min(s.commit.Load(), s.last.Load()), nil
+}
+
+// Set stores a stable value; it is durable when Set returns.
+func (s *Store) Set(key, val []byte) error {
+	if key == nil {
+		key = []byte{}
+	}
+	return s.db.stable.set(s.group, key, val)
+}
+
+// Get returns a stable value, or an empty value when the key is missing.
+func (s *Store) Get(key []byte) ([]byte, error) {
+	v, _ := s.db.stable.get(s.group, key)
+	return v, nil
+}
+
+// SetUint64 stores a stable integer; it is durable when SetUint64 returns.
+func (s *Store) SetUint64(key []byte, val uint64) error {
+	return s.Set(key, binary.BigEndian.AppendUint64(nil, val))
+}
+
+// GetUint64 returns a stable integer, or 0 when the key is missing.
+func (s *Store) GetUint64(key []byte) (uint64, error) {
+	v, ok := s.db.stable.get(s.group, key)
+	if !ok {
+		return 0, nil
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("raftstore: stable key %q holds %d bytes, not a uint64", key, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
