@@ -36,6 +36,7 @@ func (l *Log) WaitDurable(end int64) error {
 		return ErrClosed
 	}
 	l.waiters = append(l.waiters, w)
+	l.nwaiters.Store(int64(len(l.waiters)))
 	l.wmu.Unlock()
 	select {
 	case l.kick <- struct{}{}:

@@ -218,13 +218,14 @@ func (l *Log) fail(err error) error {
 }
 
 // Append appends one record. With SyncFlush it returns after the record is
-// durable; with AsyncFlushUnsafe as soon as it is written.
+// durable; with AsyncFlushUnsafe as soon as it is written. On
+// ErrSyncTimeout the position is returned with the error.
 func (l *Log) Append(payload []byte) (int64, error) {
 	pos, err := l.AppendBatch([][]byte{payload})
-	if err != nil {
+	if len(pos) == 0 {
 		return 0, err
 	}
-	return pos[0], nil
+	return pos[0], err
 }
 
 // AppendBatch appends records contiguously and returns their positions.
@@ -389,7 +390,7 @@ func (l *Log) takeNext(base int64) (*segment, error) {
 			l.dropSegments([]*segment{p.seg})
 		}
 	}
-	return l.newSegment(base, false)
+	return l.newSegment(base, l.opts.Preallocate == PreallocateZeroes)
 }
 
 // newSegment creates the segment starting at base, zero-filled if zero is

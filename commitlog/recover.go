@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 )
 
 // recover loads the segments and the checkpoint, finds the end of the valid
@@ -32,6 +33,11 @@ func (l *Log) recover() error {
 		switch {
 		case name == abortName:
 			crashed = true
+		case len(name) == segmentNameLen+len(tmpSuffix) && strings.HasSuffix(name, tmpSuffix):
+			// A segment whose preparation a crash interrupted.
+			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
+				return fmt.Errorf("commitlog: remove %s: %w", filepath.Join(l.dir, name), err)
+			}
 		case len(name) == segmentNameLen:
 			base, ok := parseSegmentName(name)
 			if !ok {
@@ -75,29 +81,32 @@ func (l *Log) recover() error {
 		}
 	}
 
-	// Scan the tail.
-	end, lastRecord, lastTS, n := w, c.lastRecord, c.timestamp, 0
+	// Scan the tail. end moves past a record only once it checks out; a
+	// filler or a short gap at the end of a segment is crossed only when a
+	// record follows it.
+	pos, end, lastRecord, lastTS, n := w, w, c.lastRecord, c.timestamp, 0
 	for {
-		s := list.find(end)
+		s := list.find(pos)
 		if s == nil {
 			break
 		}
-		off := end - s.base
+		off := pos - s.base
 		room := s.size - off
 		if room < HeaderSize {
-			end = s.end()
+			pos = s.end()
 			continue
 		}
-		h, _, err := decodeRecord(s.data[off:], end, room)
-		if err != nil || (end >= c.epochStart && h.epoch != c.epoch) || h.epoch > c.epoch {
+		h, _, err := decodeRecord(s.data[off:], pos, room)
+		if err != nil || (pos >= c.epochStart && h.epoch != c.epoch) || h.epoch > c.epoch {
 			break
 		}
 		if h.kind == kindFiller {
-			end = s.end()
+			pos = s.end()
 			continue
 		}
-		lastRecord, lastTS = end, h.timestamp
-		end += recordSize(int(h.length))
+		lastRecord, lastTS = pos, h.timestamp
+		pos += recordSize(int(h.length))
+		end = pos
 		n++
 	}
 	l.info = RecoveryInfo{Crashed: crashed || end != w, ScannedFrom: w, End: end, Records: n}

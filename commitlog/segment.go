@@ -10,6 +10,10 @@ import (
 	"github.com/raftlog/raftlog/commitlog/vfs"
 )
 
+// tmpSuffix marks a segment file still being prepared; recovery removes
+// such files.
+const tmpSuffix = ".tmp"
+
 // segmentNameLen is the length of a segment file name: the 20-digit,
 // zero-padded logical offset of its first byte.
 const segmentNameLen = 20
@@ -76,17 +80,20 @@ func (s *segment) release() {
 	}
 }
 
-// createSegment creates, preallocates and maps a new segment file. The
-// caller syncs the directory.
+// createSegment creates, preallocates and maps a new segment file. The file
+// is prepared under a temporary name and renamed only once its length (and,
+// with zero set, its zeroes) are durable, so a crash never leaves a segment
+// name on a short file. The caller syncs the directory.
 func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*segment, error) {
 	path := filepath.Join(dir, segmentName(base))
-	f, err := fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+	tmp := path + tmpSuffix
+	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
 	if err != nil {
-		return nil, fmt.Errorf("commitlog: create segment %s: %w", path, err)
+		return nil, fmt.Errorf("commitlog: create segment %s: %w", tmp, err)
 	}
 	fail := func(err error) (*segment, error) {
 		f.Close()
-		fs.Remove(path)
+		fs.Remove(tmp)
 		return nil, err
 	}
 	if err := f.Allocate(size); err != nil {
@@ -96,16 +103,24 @@ func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*s
 		return fail(fmt.Errorf("commitlog: preallocate segment %s: %w", path, err))
 	}
 	if zero {
-		if err := writeZeroes(f, size); err != nil {
-			if isNoSpace(err) {
-				return fail(fmt.Errorf("%w: zero-fill %s: %w", ErrNoSpace, path, err))
-			}
-			return fail(fmt.Errorf("commitlog: zero-fill segment %s: %w", path, err))
+		err = writeZeroes(f, size)
+	} else {
+		err = f.Sync()
+	}
+	if err != nil {
+		if isNoSpace(err) {
+			return fail(fmt.Errorf("%w: prepare %s: %w", ErrNoSpace, path, err))
 		}
+		return fail(fmt.Errorf("commitlog: prepare segment %s: %w", path, err))
+	}
+	if err := fs.Rename(tmp, path); err != nil {
+		return fail(fmt.Errorf("commitlog: rename %s: %w", tmp, err))
 	}
 	m, err := f.Map(int(size))
 	if err != nil {
-		return fail(fmt.Errorf("commitlog: map segment %s: %w", path, err))
+		f.Close()
+		fs.Remove(path)
+		return nil, fmt.Errorf("commitlog: map segment %s: %w", path, err)
 	}
 	s := &segment{base: base, size: size, path: path, file: f, m: m, data: m.Bytes()}
 	s.refs.Store(1)
