@@ -258,3 +258,37 @@ func BenchmarkRead(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAppendBatchPreallocation appends batches of 64 x 1 KiB with
+// SyncFlush (what raft's StoreLogs does) over several segments, with new
+// segments zero-filled or only reserved.
+func BenchmarkAppendBatchPreallocation(b *testing.B) {
+	for _, c := range []struct {
+		name string
+		p    Preallocation
+	}{{"zeroes", PreallocateZeroes}, {"sparse", PreallocateSparse}} {
+		b.Run(c.name, func(b *testing.B) {
+			l, m := benchLog(b, Options{Preallocate: c.p, SegmentSize: 16 << 20})
+			batch := make([][]byte, 64)
+			for i := range batch {
+				batch[i] = make([]byte, 1024)
+			}
+			var lat latencies
+			lat.d = make([]time.Duration, 0, b.N)
+			b.SetBytes(64 * 1024)
+			b.ResetTimer()
+			m.syncs.Store(0)
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				t := time.Now()
+				if _, err := l.AppendBatch(batch); err != nil {
+					b.Fatal(err)
+				}
+				lat.d = append(lat.d, time.Since(t))
+			}
+			b.StopTimer()
+			reportRate(b, m, b.N*64, start)
+			lat.report(b)
+		})
+	}
+}

@@ -12,7 +12,10 @@
 // exists while the log is open, and a LOCK file. The record format is
 // described in format.go and the checkpoint format in checkpoint.go.
 // Positions are logical offsets: a record's position is the offset of its
-// header in the concatenation of all segments.
+// header in the concatenation of all segments. Once the active segment is
+// half full, the next one is created, preallocated and mapped in the
+// background, so an append never waits for file creation, and a log holds
+// at most one segment ahead of its data.
 //
 // # Durability
 //

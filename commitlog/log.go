@@ -155,9 +155,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 	go l.flushLoop()
 	go l.housekeeping()
 	l.mu.Lock()
-	if len(l.spares) == 0 {
-		l.startPrepare(l.active.end())
-	}
+	l.maybePrepare()
 	l.mu.Unlock()
 	return l, nil
 }
@@ -347,6 +345,7 @@ func (l *Log) Write(payloads [][]byte) (positions []int64, end int64, err error)
 	l.records += uint64(len(payloads))
 	l.tail.Store(&tail{end: end, lastRecord: l.lastRecord, lastTS: ts, records: l.records})
 	l.wrote.Store(end)
+	l.maybePrepare()
 	l.opts.Metrics.IncCounter(MetricAppends, uint64(len(payloads)))
 	l.opts.Metrics.IncCounter(MetricAppendBytes, uint64(end-start))
 	return positions, end, nil
@@ -364,8 +363,23 @@ func (l *Log) rollTo(s *segment) {
 	if l.opts.LockActiveSegment && !s.locked {
 		s.locked = s.m.Lock(0, int(s.size)) == nil
 	}
-	if len(l.spares) == 0 && l.pending == nil {
-		l.startPrepare(s.end())
+	l.maybePrepare()
+}
+
+// prepareAt is how full the active segment gets before the next one is
+// prepared: early enough that preparing 64 MiB (zero-filling it at disk
+// speed) finishes before appends at disk speed fill the other half, late
+// enough that a log does not hold a whole empty segment most of the time.
+const prepareAt = 2 // prepare once 1/prepareAt of the active segment is used
+
+// maybePrepare starts preparing the next segment once the active one is
+// half full. mu must be held.
+func (l *Log) maybePrepare() {
+	if l.pending != nil || len(l.spares) > 0 {
+		return
+	}
+	if used := l.wrote.Load() - l.active.base; used >= l.active.size/prepareAt {
+		l.startPrepare(l.active.end())
 	}
 }
 

@@ -90,8 +90,6 @@ func (l *Log) Truncate(to int64) error {
 	}
 	if l.active != target {
 		l.rollTo(target)
-	} else if l.pending == nil && len(l.spares) == 0 {
-		l.startPrepare(target.end())
 	}
 	return nil
 }
