@@ -5,8 +5,9 @@ import (
 )
 
 // Truncate removes every record at or after position to, which must be the
-// position of a record or the end of the log. It is durable when it
-// returns: a crash afterwards never brings the removed records back.
+// position of a record or the end of the log (which changes nothing). It is
+// durable when it returns: a crash afterwards never brings the removed
+// records back.
 //
 // The new end is made durable first, then a checkpoint starting a new
 // epoch at to is written; records past to carry an older epoch from then
