@@ -292,3 +292,40 @@ func BenchmarkAppendBatchPreallocation(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkSegmentSize compares segment sizes: asynchronous 16 KiB appends
+// at disk speed (where preparing the next segment must keep up) and
+// synchronous 64 x 1 KiB batches (where rollovers show in the tail).
+func BenchmarkSegmentSize(b *testing.B) {
+	for _, size := range []int64{4 << 20, 16 << 20, 64 << 20, 256 << 20} {
+		for _, c := range []struct {
+			name  string
+			flush FlushMode
+			batch int
+			rec   int
+		}{{"async-16KiB", AsyncFlushUnsafe, 1, 16 << 10}, {"sync-64x1KiB", SyncFlush, 64, 1 << 10}} {
+			b.Run(fmt.Sprintf("%dMiB/%s", size>>20, c.name), func(b *testing.B) {
+				l, m := benchLog(b, Options{SegmentSize: size, Flush: c.flush})
+				batch := make([][]byte, c.batch)
+				for i := range batch {
+					batch[i] = make([]byte, c.rec)
+				}
+				var lat latencies
+				lat.d = make([]time.Duration, 0, b.N)
+				b.SetBytes(int64(c.batch * c.rec))
+				b.ResetTimer()
+				start := time.Now()
+				for i := 0; i < b.N; i++ {
+					t := time.Now()
+					if _, err := l.AppendBatch(batch); err != nil {
+						b.Fatal(err)
+					}
+					lat.d = append(lat.d, time.Since(t))
+				}
+				b.StopTimer()
+				reportRate(b, m, b.N*c.batch, start)
+				lat.report(b)
+			})
+		}
+	}
+}
