@@ -108,7 +108,7 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
-	if n <= 0 {
+	if n <= 0 || (n > 1 && d.b[n-1] == 0) { // malformed, or not minimal
 		d.fail()
 		return 0
 	}
@@ -121,7 +121,7 @@ func (d *decoder) varint() int64 {
 		return 0
 	}
 	v, n := binary.Varint(d.b)
-	if n <= 0 {
+	if n <= 0 || (n > 1 && d.b[n-1] == 0) { // malformed, or not minimal
 		d.fail()
 		return 0
 	}

@@ -131,6 +131,7 @@ func (db *DB) openGroup(group uint64) (*Store, error) {
 		return nil, fmt.Errorf("raftstore: create %s: %w", dir, err)
 	}
 	s := &Store{db: db, group: group, dir: dir}
+	s.pin.Store(-1)
 	names, err := db.fs.ReadDir(dir)
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: read %s: %w", dir, err)
@@ -292,6 +293,8 @@ func decodeMeta(b []byte) (int64, []groupState, error) {
 func (db *DB) releaseSegments() error {
 	db.delMu.Lock()
 	defer db.delMu.Unlock()
+	// End is read before the groups: a batch written after this point
+	// lies at or past it, whatever its group's state when we look.
 	keep := db.log.End()
 	for _, s := range db.storesSnapshot() {
 		if pos, ok := s.firstPosition(); ok && pos < keep {

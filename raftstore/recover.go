@@ -34,15 +34,28 @@ func (db *DB) recover() error {
 		s.commit.Store(st.commit)
 	}
 
+	// Replay the tail into per-group states in memory first: the index
+	// files on disk may already reflect deletions newer than the
+	// checkpoint, so they are arranged only once the final range of each
+	// group is known.
+	replays := map[uint64]*groupReplay{}
+	replayOf := func(g uint64) (*groupReplay, error) {
+		if r, ok := replays[g]; ok {
+			return r, nil
+		}
+		if err := db.addRecovered(g); err != nil {
+			return nil, err
+		}
+		s := db.groups[g]
+		r := &groupReplay{first: s.first.Load(), last: s.last.Load(), commit: s.commit.Load()}
+		replays[g] = r
+		return r, nil
+	}
 	from := max(replayFrom, db.log.First())
 	it := db.log.NewIterator(from)
 	defer it.Close()
-	type pendingEntry struct {
-		index uint64
-		pos   int64
-	}
 	var (
-		pending      []pendingEntry
+		pending      []indexPos
 		pendingGroup uint64
 		pendingFirst int64 = -1
 	)
@@ -61,30 +74,28 @@ func (db *DB) recover() error {
 		if pendingFirst >= 0 && (r.kind != kindEntry || r.group != pendingGroup) {
 			return fmt.Errorf("%w: commit-log record at %d interrupts the batch of group %d that starts at %d", ErrCorrupt, rec.Position, pendingGroup, pendingFirst)
 		}
-		if err := db.addRecovered(r.group); err != nil {
+		g, err := replayOf(r.group)
+		if err != nil {
 			return err
 		}
-		s := db.groups[r.group]
 		switch r.kind {
 		case kindEntry:
 			if pendingFirst < 0 {
 				pendingFirst, pendingGroup = rec.Position, r.group
 			}
-			pending = append(pending, pendingEntry{r.log.Index, rec.Position})
+			pending = append(pending, indexPos{r.log.Index, rec.Position})
 			if r.flags&flagBatchEnd == 0 {
 				continue
 			}
 			for _, e := range pending {
-				if err := s.replayEntry(e.index, e.pos); err != nil {
-					return err
-				}
+				g.entry(e)
 			}
 			if r.flags&flagHasCommit != 0 {
-				s.commit.Store(r.commit)
+				g.commit = r.commit
 			}
 			pending, pendingFirst = pending[:0], -1
 		case kindDeleteRange:
-			s.applyDeleteRange(r.min, r.max)
+			g.deleteRange(r.min, r.max)
 		}
 	}
 	if pendingFirst >= 0 {
@@ -93,11 +104,87 @@ func (db *DB) recover() error {
 			return fmt.Errorf("raftstore: remove the incomplete batch at %d: %w", pendingFirst, err)
 		}
 	}
+	for g, r := range replays {
+		if err := db.groups[g].applyReplay(r); err != nil {
+			return err
+		}
+	}
 	for _, s := range db.groups {
 		if err := s.checkRecovered(); err != nil {
 			return err
 		}
 	}
+	return nil
+}
+
+// indexPos is a replayed entry: its raft index and commit-log position.
+type indexPos struct {
+	index uint64
+	pos   int64
+}
+
+// groupReplay is a group's indexes while recovery replays the tail, starting
+// from the checkpointed ones. Entries and deletions are applied in
+// commit-log order; each sets the range absolutely, so replaying records
+// the checkpoint already reflected ends in the same state.
+type groupReplay struct {
+	first, last, commit uint64
+	entries             []indexPos // in commit-log order; later ones win
+}
+
+// entry applies a stored entry: it lives at pos and nothing after its
+// index survives.
+func (g *groupReplay) entry(e indexPos) {
+	if g.last == 0 || e.index < g.first {
+		g.first = e.index
+	}
+	g.last = e.index
+	g.entries = append(g.entries, e)
+}
+
+// deleteRange applies DeleteRange(lo, hi) as Store.applyDeleteRange does.
+func (g *groupReplay) deleteRange(lo, hi uint64) {
+	g.first, g.last, g.commit = deletedRange(g.first, g.last, g.commit, lo, hi)
+}
+
+// deletedRange returns the first, last and commit index left after
+// DeleteRange(lo, hi) of [first, last].
+func deletedRange(first, last, commit, lo, hi uint64) (uint64, uint64, uint64) {
+	if last == 0 || hi < first || lo > last || lo > hi {
+		return first, last, commit
+	}
+	switch {
+	case lo <= first && hi >= last:
+		return 0, 0, commit
+	case lo <= first:
+		return hi + 1, last, commit
+	default:
+		return first, lo - 1, min(commit, lo-1)
+	}
+}
+
+// applyReplay arranges the index files for the replayed range and stores
+// the replayed positions.
+func (s *Store) applyReplay(r *groupReplay) error {
+	s.last.Store(0) // no range yet: ensureIndexFiles may rearrange freely
+	if r.last == 0 {
+		s.dropIndexFiles(func(*indexFile) bool { return true })
+	} else {
+		lo, hi := fileBase(r.first), fileBase(r.last)
+		s.dropIndexFiles(func(f *indexFile) bool { return f.base < lo || f.base > hi })
+		if err := s.ensureIndexFiles(r.first, r.last); err != nil {
+			return err
+		}
+		files := s.files.Load()
+		for _, e := range r.entries {
+			if e.index >= r.first && e.index <= r.last {
+				files.find(e.index).store(e.index, e.pos)
+			}
+		}
+	}
+	s.first.Store(r.first)
+	s.last.Store(r.last)
+	s.commit.Store(r.commit)
 	return nil
 }
 
@@ -119,22 +206,6 @@ func (db *DB) addRecovered(group uint64) error {
 		return err
 	}
 	db.groups[group] = s
-	return nil
-}
-
-// replayEntry applies one recovered entry: the entry at index lives at pos
-// and nothing after index survives. Applied in commit-log order on top of
-// the checkpointed indexes, replay ends in the state the writes left.
-func (s *Store) replayEntry(index uint64, pos int64) error {
-	if err := s.ensureIndexFiles(index, index); err != nil {
-		return err
-	}
-	s.files.Load().find(index).store(index, pos)
-	first, last := s.first.Load(), s.last.Load()
-	if last == 0 || index < first {
-		s.first.Store(index)
-	}
-	s.last.Store(index)
 	return nil
 }
 

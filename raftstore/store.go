@@ -44,6 +44,10 @@ type Store struct {
 	first  atomic.Uint64 // 0 when the group holds no entries
 	last   atomic.Uint64 // 0 when the group holds no entries
 	commit atomic.Uint64 // the persisted commit index
+	// pin is the commit-log end when the first batch of an empty group
+	// began, or -1: until the batch sets first, it keeps releaseSegments
+	// from removing the segments that batch is written to.
+	pin atomic.Int64
 }
 
 // Open opens the store in dir: a DB with one group. Closing the Store
@@ -176,6 +180,10 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		s.payloads = append(s.payloads, s.buf[prev:e:e])
 		prev = e
 	}
+	if last == 0 {
+		s.pin.Store(s.db.log.End())
+		defer s.pin.Store(-1)
+	}
 	positions, end, err := s.db.log.Write(s.payloads)
 	if err != nil {
 		return fmt.Errorf("raftstore: group %d: %w", s.group, err)
@@ -307,31 +315,34 @@ func (s *Store) deleteRange(lo, hi uint64) error {
 }
 
 // applyDeleteRange updates the indexes for DeleteRange(lo, hi) and drops
-// index files no entry needs. wmu must be held (or recovery be running).
+// index files no entry needs. wmu must be held.
 func (s *Store) applyDeleteRange(lo, hi uint64) {
-	first, last := s.first.Load(), s.last.Load()
-	if last == 0 || hi < first || lo > last || lo > hi {
+	first, last, commit := s.first.Load(), s.last.Load(), s.commit.Load()
+	nf, nl, nc := deletedRange(first, last, commit, lo, hi)
+	if nf == first && nl == last {
 		return
 	}
 	switch {
-	case lo <= first && hi >= last:
+	case nl == 0:
 		s.last.Store(0)
 		s.first.Store(0)
 		s.dropIndexFiles(func(*indexFile) bool { return true })
-	case lo <= first:
-		s.first.Store(hi + 1)
-		keepFrom := fileBase(hi + 1)
+	case nf != first:
+		s.first.Store(nf)
+		keepFrom := fileBase(nf)
 		s.dropIndexFiles(func(f *indexFile) bool { return f.base < keepFrom })
 	default:
-		s.last.Store(lo - 1)
-		if c := s.commit.Load(); c > lo-1 {
-			s.commit.Store(lo - 1)
-		}
+		s.last.Store(nl)
+		s.commit.Store(nc)
 	}
 }
 
-// firstPosition returns the commit-log position of the group's first entry.
+// firstPosition returns the commit-log position of the group's first entry,
+// or of the first batch an empty group is writing.
 func (s *Store) firstPosition() (int64, bool) {
+	if p := s.pin.Load(); p >= 0 {
+		return p, true
+	}
 	s.rw.RLock()
 	defer s.rw.RUnlock()
 	first, last := s.first.Load(), s.last.Load()
