@@ -139,16 +139,6 @@ func (m *crashModel) acked() int {
 	return n
 }
 
-// index returns the index of the record at pos, or -1.
-func (m *crashModel) index(pos int64) int {
-	for i, r := range m.recs {
-		if r.pos == pos {
-			return i
-		}
-	}
-	return -1
-}
-
 // truncate applies a Truncate(to) that returned nil: records from to on are
 // gone, and everything before to is durable.
 func (m *crashModel) truncate(to int64) {

@@ -113,16 +113,6 @@ func (p *flushTestProbe) waitSync(what string) {
 	}
 }
 
-// drain discards the sync signals received so far.
-func (p *flushTestProbe) drain() {
-	for {
-		select {
-		case <-p.synced:
-		default:
-			return
-		}
-	}
-}
 
 // flushTestOpen opens a log in flushTestDir on fs, closes it at cleanup and
 // waits for its first background segment preparation, so that no sync of a
