@@ -33,7 +33,7 @@ func runFilled(ctx context.Context, cfg *config, base string, res *results, prog
 			dir := filepath.Join(base, fmt.Sprintf("r%d-filled-%s", round, kind.key))
 			f := &filled{cfg: cfg, kind: kind, dir: dir, round: round, res: res, progress: progress}
 			err := f.run(ctx)
-			if rerr := os.RemoveAll(dir); err == nil {
+			if rerr := removeAndSettle(dir); err == nil {
 				err = rerr
 			}
 			if err != nil {

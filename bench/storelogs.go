@@ -76,7 +76,7 @@ func runStoreLogs(ctx context.Context, cfg *config, base string, res *results, p
 				}
 				dir := filepath.Join(base, fmt.Sprintf("r%d-storelogs-%d-%s", round, ci, kind.key))
 				m, err := storeLogsCase(cfg, kind, dir, c, cfg.seed+uint64(round))
-				if rerr := os.RemoveAll(dir); err == nil {
+				if rerr := removeAndSettle(dir); err == nil {
 					err = rerr
 				}
 				if err != nil {

@@ -147,3 +147,13 @@ func usageOf(dir string) (diskUsage, error) {
 	})
 	return u, err
 }
+
+// removeAndSettle removes a case's directory and then syncs every file
+// system, so that the next case does not pay for this one: an unsafe async
+// store can leave a gigabyte of dirty pages behind, and removing large files
+// on a file system mounted with discard keeps the disk busy for a while.
+func removeAndSettle(dir string) error {
+	err := os.RemoveAll(dir)
+	syscall.Sync()
+	return err
+}

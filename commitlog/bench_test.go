@@ -69,6 +69,41 @@ func benchLog(b *testing.B, opts Options) (*Log, *countingMetrics) {
 	return l, m
 }
 
+// appendLoop calls AppendBatch(batch) b.N times from one goroutine and
+// reports records/s, syncs/op and latency percentiles.
+func appendLoop(b *testing.B, l *Log, m *countingMetrics, batch [][]byte) {
+	b.Helper()
+	var bytes int64
+	for _, p := range batch {
+		bytes += int64(len(p))
+	}
+	var lat latencies
+	lat.d = make([]time.Duration, 0, b.N)
+	b.SetBytes(bytes)
+	b.ResetTimer()
+	m.syncs.Store(0)
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		t := time.Now()
+		if _, err := l.AppendBatch(batch); err != nil {
+			b.Fatal(err)
+		}
+		lat.d = append(lat.d, time.Since(t))
+	}
+	b.StopTimer()
+	reportRate(b, m, b.N*len(batch), start)
+	lat.report(b)
+}
+
+// batchOf returns n records of size bytes.
+func batchOf(n, size int) [][]byte {
+	batch := make([][]byte, n)
+	for i := range batch {
+		batch[i] = make([]byte, size)
+	}
+	return batch
+}
+
 func reportRate(b *testing.B, m *countingMetrics, records int, start time.Time) {
 	el := time.Since(start).Seconds()
 	b.ReportMetric(float64(records)/el, "records/s")
@@ -91,23 +126,7 @@ func BenchmarkAppend(b *testing.B) {
 			for _, size := range []int{128, 1024, 16384} {
 				b.Run(fmt.Sprintf("%s/%s/%dB", mode.name, wp.name, size), func(b *testing.B) {
 					l, m := benchLog(b, Options{Flush: mode.flush, WritePath: wp.path})
-					p := make([]byte, size)
-					var lat latencies
-					lat.d = make([]time.Duration, 0, b.N)
-					b.SetBytes(int64(size))
-					b.ResetTimer()
-					m.syncs.Store(0)
-					start := time.Now()
-					for i := 0; i < b.N; i++ {
-						t := time.Now()
-						if _, err := l.Append(p); err != nil {
-							b.Fatal(err)
-						}
-						lat.d = append(lat.d, time.Since(t))
-					}
-					b.StopTimer()
-					reportRate(b, m, b.N, start)
-					lat.report(b)
+					appendLoop(b, l, m, batchOf(1, size))
 				})
 			}
 		}
@@ -209,22 +228,7 @@ func BenchmarkSegmentPreparation(b *testing.B) {
 				Flush: AsyncFlushUnsafe, WritePath: WriteMmap, SegmentSize: 4 << 20,
 				WarmSegments: c.warm, LockActiveSegment: c.lock,
 			})
-			p := make([]byte, 1024)
-			var lat latencies
-			lat.d = make([]time.Duration, 0, b.N)
-			b.SetBytes(1024)
-			b.ResetTimer()
-			start := time.Now()
-			for i := 0; i < b.N; i++ {
-				t := time.Now()
-				if _, err := l.Append(p); err != nil {
-					b.Fatal(err)
-				}
-				lat.d = append(lat.d, time.Since(t))
-			}
-			b.StopTimer()
-			reportRate(b, m, b.N, start)
-			lat.report(b)
+			appendLoop(b, l, m, batchOf(1, 1024))
 		})
 	}
 }
@@ -269,26 +273,7 @@ func BenchmarkAppendBatchPreallocation(b *testing.B) {
 	}{{"zeroes", PreallocateZeroes}, {"sparse", PreallocateSparse}} {
 		b.Run(c.name, func(b *testing.B) {
 			l, m := benchLog(b, Options{Preallocate: c.p, SegmentSize: 16 << 20})
-			batch := make([][]byte, 64)
-			for i := range batch {
-				batch[i] = make([]byte, 1024)
-			}
-			var lat latencies
-			lat.d = make([]time.Duration, 0, b.N)
-			b.SetBytes(64 * 1024)
-			b.ResetTimer()
-			m.syncs.Store(0)
-			start := time.Now()
-			for i := 0; i < b.N; i++ {
-				t := time.Now()
-				if _, err := l.AppendBatch(batch); err != nil {
-					b.Fatal(err)
-				}
-				lat.d = append(lat.d, time.Since(t))
-			}
-			b.StopTimer()
-			reportRate(b, m, b.N*64, start)
-			lat.report(b)
+			appendLoop(b, l, m, batchOf(64, 1024))
 		})
 	}
 }
@@ -306,25 +291,7 @@ func BenchmarkSegmentSize(b *testing.B) {
 		}{{"async-16KiB", AsyncFlushUnsafe, 1, 16 << 10}, {"sync-64x1KiB", SyncFlush, 64, 1 << 10}} {
 			b.Run(fmt.Sprintf("%dMiB/%s", size>>20, c.name), func(b *testing.B) {
 				l, m := benchLog(b, Options{SegmentSize: size, Flush: c.flush})
-				batch := make([][]byte, c.batch)
-				for i := range batch {
-					batch[i] = make([]byte, c.rec)
-				}
-				var lat latencies
-				lat.d = make([]time.Duration, 0, b.N)
-				b.SetBytes(int64(c.batch * c.rec))
-				b.ResetTimer()
-				start := time.Now()
-				for i := 0; i < b.N; i++ {
-					t := time.Now()
-					if _, err := l.AppendBatch(batch); err != nil {
-						b.Fatal(err)
-					}
-					lat.d = append(lat.d, time.Since(t))
-				}
-				b.StopTimer()
-				reportRate(b, m, b.N*c.batch, start)
-				lat.report(b)
+				appendLoop(b, l, m, batchOf(c.batch, c.rec))
 			})
 		}
 	}

@@ -113,7 +113,6 @@ func (p *flushTestProbe) waitSync(what string) {
 	}
 }
 
-
 // flushTestOpen opens a log in flushTestDir on fs, closes it at cleanup and
 // waits for its first background segment preparation, so that no sync of a
 // segment being prepared mixes with the syncs a test observes. Checkpoints

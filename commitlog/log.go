@@ -72,15 +72,16 @@ type Log struct {
 
 	// mu serialises writers: appends, segment changes, truncation and Close.
 	// Lock order: mu, then cpMu, then readMu or syncMu.
-	mu         sync.Mutex
-	active     *segment        // mu: the segment appends go to, last in segs
-	pending    *pendingSegment // mu: the next segment, being prepared
-	spares     []*segment      // mu: prepared segments not yet in segs, in order
-	buf        []byte          // mu: scratch for the pwrite path
-	closed     bool            // mu
-	lastRecord int64           // mu: position of the last record written, -1 if none
-	lastTS     int64           // mu: its store timestamp
-	records    uint64          // mu: records written since Open
+	mu          sync.Mutex
+	active      *segment        // mu: the segment appends go to, last in segs
+	activeSince time.Time       // mu: when active became the active segment
+	pending     *pendingSegment // mu: the next segment, being prepared
+	spares      []*segment      // mu: prepared segments not yet in segs, in order
+	buf         []byte          // mu: scratch for the pwrite path
+	closed      bool            // mu
+	lastRecord  int64           // mu: position of the last record written, -1 if none
+	lastTS      int64           // mu: its store timestamp
+	records     uint64          // mu: records written since Open
 
 	// cpMu serialises checkpoint writes.
 	cpMu     sync.Mutex
@@ -356,6 +357,7 @@ func (l *Log) Write(payloads [][]byte) (positions []int64, end int64, err error)
 func (l *Log) rollTo(s *segment) {
 	old := l.active
 	l.active = s
+	l.activeSince = time.Now()
 	if old.locked {
 		old.m.Unlock(0, int(old.size))
 		old.locked = false
@@ -404,7 +406,13 @@ func (l *Log) takeNext(base int64) (*segment, error) {
 			l.dropSegments([]*segment{p.seg})
 		}
 	}
-	return l.newSegment(base, l.opts.Preallocate == PreallocateZeroes)
+	return l.newSegment(base, l.zeroFillNext())
+}
+
+// zeroFillNext reports whether the next segment should be zero-filled (see
+// PreallocateZeroes). mu must be held.
+func (l *Log) zeroFillNext() bool {
+	return l.opts.Preallocate == PreallocateZeroes && time.Since(l.activeSince) >= zeroFillSlowerThan
 }
 
 // newSegment creates the segment starting at base, zero-filled if zero is
@@ -434,13 +442,21 @@ func (l *Log) newSegment(base int64, zero bool) (*segment, error) {
 func (l *Log) startPrepare(base int64) {
 	p := &pendingSegment{base: base, done: make(chan struct{})}
 	l.pending = p
+	zero := l.zeroFillNext()
 	l.wg.Add(1)
 	go func() {
 		defer l.wg.Done()
-		p.seg, p.err = l.newSegment(base, l.opts.Preallocate == PreallocateZeroes)
+		p.seg, p.err = l.newSegment(base, zero)
 		close(p.done)
 	}()
 }
+
+// zeroFillSlowerThan is how long the active segment must have taken to get
+// half full for PreallocateZeroes to zero-fill the next one. Faster than
+// that (over 32 MiB/s with 64 MiB segments), writing every segment twice
+// would take disk bandwidth the appends need, and large syncs amortise the
+// file system's journal commit anyway.
+const zeroFillSlowerThan = time.Second
 
 // discardSpares drops every prepared segment, pending or spare. mu must be
 // held.

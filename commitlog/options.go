@@ -44,7 +44,10 @@ const (
 	// then only overwrite blocks the file system already considers written,
 	// and need no journal commit for extent conversion: on ext4 an
 	// fdatasync of a 64 KiB append costs about as much as one of 1 KiB.
-	// This doubles the bytes written to disk. It is the default.
+	// Zero-filling writes every segment twice, so it is done only while the
+	// log fills segments slowly (the active one took at least a second to
+	// get half full); when appends run at disk speed, the next segment is
+	// only reserved, as with PreallocateSparse. It is the default.
 	PreallocateZeroes Preallocation = iota
 	// PreallocateSparse only reserves the blocks (fallocate). It halves the
 	// bytes written, but the first sync of each new block must also commit

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 )
 
 // recover loads the segments and the checkpoint, finds the end of the valid
@@ -137,6 +138,7 @@ func (l *Log) recover() error {
 	keep = keep[:len(keep):len(keep)]
 	l.segs.Store(&keep)
 	l.active = keep[len(keep)-1]
+	l.activeSince = time.Now()
 	l.lastRecord, l.lastTS = lastRecord, lastTS
 	l.tail.Store(&tail{end: end, lastRecord: lastRecord, lastTS: lastTS})
 	l.wrote.Store(end)
@@ -197,6 +199,7 @@ func (l *Log) initFresh() error {
 	list := segmentList{s}
 	l.segs.Store(&list)
 	l.active = s
+	l.activeSince = time.Now()
 	l.tail.Store(&tail{end: 0, lastRecord: -1})
 	return l.markOpen()
 }

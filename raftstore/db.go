@@ -237,6 +237,9 @@ func (db *DB) checkpointMeta() ([]byte, error) {
 		}
 		states = append(states, st)
 	}
+	for _, s := range stores {
+		db.m.pinned(s.group, s.PinnedBytes())
+	}
 	if !closed {
 		// The states may describe records written after replayFrom: make
 		// all of them durable before the checkpoint claims them.

@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"strconv"
 	"time"
 
 	metrics "github.com/hashicorp/go-metrics"
@@ -20,6 +21,8 @@ import (
 //	sync_seconds        sample: fdatasync latency, ms (name kept from the log)
 //	records_per_sync    sample: entries made durable by one fdatasync
 //	flush_lag_bytes     sample: bytes waiting for each sync
+//	pinned_bytes        gauge, label group: bytes of the log a group keeps
+//	                    (Store.PinnedBytes), set at every checkpoint
 type metricsSink struct {
 	prefix []string
 	keys   map[string][]string // immutable after construction
@@ -30,7 +33,7 @@ var _ commitlog.Metrics = (*metricsSink)(nil)
 func newMetricsSink(prefix []string) *metricsSink {
 	m := &metricsSink{prefix: prefix, keys: map[string][]string{}}
 	for _, name := range []string{
-		"store_logs", "entries_stored", "bytes_stored", "get_log", "segments_released",
+		"store_logs", "entries_stored", "pinned_bytes", "bytes_stored", "get_log", "segments_released",
 		commitlog.MetricAppends, commitlog.MetricAppendBytes, commitlog.MetricSyncs,
 		commitlog.MetricSyncSeconds, commitlog.MetricRecordsPerSync, commitlog.MetricFlushLagBytes,
 		commitlog.MetricSegmentsCreated, commitlog.MetricSegmentsRemoved,
@@ -68,4 +71,9 @@ func (m *metricsSink) storeLogs(start time.Time, entries, bytes int) {
 
 func (m *metricsSink) getLog(start time.Time) {
 	metrics.MeasureSince(m.keys["get_log"], start)
+}
+
+func (m *metricsSink) pinned(group uint64, bytes int64) {
+	metrics.SetGaugeWithLabels(m.keys["pinned_bytes"], float32(bytes),
+		[]metrics.Label{{Name: "group", Value: strconv.FormatUint(group, 10)}})
 }

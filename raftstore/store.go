@@ -357,6 +357,20 @@ func (s *Store) firstPosition() (int64, bool) {
 	return pos, pos >= 0
 }
 
+// PinnedBytes returns how many bytes of the shared commit log this group
+// keeps on disk: from its first entry to the end of the log. Segments are
+// removed only once no group needs them, so a group that is slow to compact
+// (or idle with old entries) keeps every later segment of every group; the
+// group with the largest figure is the one holding the log. It is 0 for an
+// empty group. raftstore reports it as the gauge pinned_bytes{group}.
+func (s *Store) PinnedBytes() int64 {
+	pos, ok := s.firstPosition()
+	if !ok {
+		return 0
+	}
+	return max(0, s.db.log.End()-pos)
+}
+
 // syncIndex makes the dirty index slots durable and returns the group's
 // indexes for the checkpoint.
 func (s *Store) syncIndex() (groupState, error) {
