@@ -3,14 +3,15 @@
 // raft.LogStore and raft.StableStore interfaces that hashicorp/raft calls.
 //
 // It measures StoreLogs throughput and latency, random GetLog, prefix and
-// suffix DeleteRange, reopening and the bytes on disk, runs every case
+// suffix DeleteRange, reopening, the bytes on disk and many raft groups
+// appending at once (multi-raft), runs every case
 // -rounds times with the stores in a rotating order, and prints the
 // medians as Markdown tables, each with the ratio to raft-wal. See
 // README.md for the workloads and flags.
 //
 // Usage (from the repository root):
 //
-//	go run ./bench [-quick] [-only storelogs,getlog,...] [-dir /path] [-rounds 3] [-duration 3s]
+//	go -C bench run . [-quick] [-only storelogs,getlog,...] [-dir /path] [-rounds 3] [-duration 3s]
 package main
 
 import (
@@ -31,15 +32,16 @@ import (
 type config struct {
 	dir        string        // parent of the run's temporary directory
 	keep       bool          // keep the run's directory
-	duration   time.Duration // length of a StoreLogs or GetLog case
-	count      int           // calls per StoreLogs or GetLog case; overrides duration when > 0
-	maxBytes   int64         // payload bytes a StoreLogs case may write at most
+	duration   time.Duration // length of a StoreLogs, GetLog or groups case
+	count      int           // calls per StoreLogs or GetLog case, or per group; overrides duration when > 0
+	maxBytes   int64         // payload bytes a StoreLogs or groups case may write at most
 	rounds     int           // repetitions of every case
 	entries    int           // entries in the filled store
 	entrySize  int           // payload bytes of a filled entry
 	fillBatch  int           // entries per StoreLogs call of the fill
 	deleteHead int           // entries the prefix DeleteRange removes
 	deleteTail int           // entries the suffix DeleteRange removes
+	groups     []int         // group counts of workload 7
 	only       map[string]bool
 	stores     []storeKind
 	seed       uint64
@@ -85,23 +87,25 @@ func main() {
 func parseFlags(args []string) (*config, error) {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	cfg := &config{}
-	var only, stores string
+	var only, stores, groups string
 	var quick bool
 	fs.StringVar(&cfg.dir, "dir", os.TempDir(), "create the run's temporary directory (removed at the end) under `path`")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the run's directory")
-	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of each StoreLogs and GetLog case")
-	fs.IntVar(&cfg.count, "count", 0, "calls per StoreLogs and GetLog case, instead of -duration")
-	fs.Int64Var(&cfg.maxBytes, "maxbytes", 1<<30, "payload `bytes` a StoreLogs case writes at most (bounds disk use)")
+	fs.DurationVar(&cfg.duration, "duration", 3*time.Second, "length of each StoreLogs, GetLog and groups case")
+	fs.IntVar(&cfg.count, "count", 0, "calls per StoreLogs and GetLog case (per group in workload 7), instead of -duration")
+	fs.Int64Var(&cfg.maxBytes, "maxbytes", 1<<30, "payload `bytes` a StoreLogs or groups case writes at most (bounds disk use)")
 	fs.IntVar(&cfg.rounds, "rounds", 3, "repeat every case this many times and report the median")
 	fs.IntVar(&cfg.entries, "entries", 200_000, "entries in the filled store (workloads 2-6)")
 	fs.IntVar(&cfg.entrySize, "size", 1<<10, "payload bytes of a filled entry")
 	fs.IntVar(&cfg.fillBatch, "batch", 64, "entries per StoreLogs call when filling")
 	fs.IntVar(&cfg.deleteHead, "head", 100_000, "entries the prefix DeleteRange removes")
 	fs.IntVar(&cfg.deleteTail, "tail", 1_000, "entries the suffix DeleteRange removes")
+	fs.StringVar(&groups, "groups", "8,16,64", "comma-separated raft group `counts` of workload 7")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of payloads and random indexes")
-	fs.StringVar(&only, "only", "all", "comma-separated `workloads` to run: "+strings.Join(workloadKeys(), ", ")+" (or 1-6)")
+	fs.StringVar(&only, "only", "all", "comma-separated `workloads` to run: "+strings.Join(workloadKeys(), ", ")+
+		fmt.Sprintf(" (or 1-%d)", len(workloadKeys())))
 	fs.StringVar(&stores, "stores", "all", "comma-separated `stores` to run: "+storeKeys())
-	fs.BoolVar(&quick, "quick", false, "smoke run: 1 round, 250ms cases, 20,000 entries (explicit flags still win)")
+	fs.BoolVar(&quick, "quick", false, "smoke run: 1 round, 250ms cases, 20,000 entries, groups 8,64 (explicit flags still win)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -117,8 +121,12 @@ func parseFlags(args []string) (*config, error) {
 		quickDefault(set, "entries", &cfg.entries, 20_000)
 		quickDefault(set, "head", &cfg.deleteHead, 10_000)
 		quickDefault(set, "tail", &cfg.deleteTail, 1_000)
+		quickDefault(set, "groups", &groups, "8,64")
 	}
 	var err error
+	if cfg.groups, err = parseGroups(groups); err != nil {
+		return nil, err
+	}
 	if cfg.only, err = selectWorkloads(only); err != nil {
 		return nil, err
 	}
@@ -156,10 +164,26 @@ func (c *config) validate() error {
 
 // workloadKeys lists the names -only accepts, in report order.
 func workloadKeys() []string {
-	return []string{wStoreLogs, wGetLog, wDeleteHead, wDeleteTail, wReopen, wDisk}
+	return []string{wStoreLogs, wGetLog, wDeleteHead, wDeleteTail, wReopen, wDisk, wGroups}
 }
 
-// selectWorkloads parses -only: names or numbers 1-6, or "all".
+// parseGroups parses -groups: a comma-separated list of group counts.
+func parseGroups(list string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(list, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 || n > maxGroupCount {
+			return nil, fmt.Errorf("-groups: %q is not a group count in [1, %d]", f, maxGroupCount)
+		}
+		if !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out, nil
+}
+
+// selectWorkloads parses -only: names or numbers (1 for the first of
+// workloadKeys), or "all".
 func selectWorkloads(list string) (map[string]bool, error) {
 	keys := workloadKeys()
 	out := map[string]bool{}
@@ -211,9 +235,18 @@ func run(ctx context.Context, cfg *config, out, progress io.Writer) (err error) 
 			return err
 		}
 	}
+	if cfg.only[wGroups] {
+		if err := runGroups(ctx, cfg, base, res, progress); err != nil {
+			return err
+		}
+	}
 
 	for i, w := range workloads(cfg) {
 		if !cfg.only[w.key] {
+			continue
+		}
+		if w.key == wGroups {
+			printGroupsTable(out, i+1, w, cfg, res)
 			continue
 		}
 		variants := []string{""}

@@ -23,6 +23,7 @@ const (
 	mApparent   = "apparent"
 	mAllocated  = "allocated"
 	mFiles      = "files"
+	mFsyncs     = "fsyncs/call"
 )
 
 // measurement is one round's figures for one row, by metric name.
@@ -84,6 +85,7 @@ const (
 	wDeleteTail = "deletetail"
 	wReopen     = "reopen"
 	wDisk       = "disk"
+	wGroups     = "groups"
 )
 
 // workloads lists every workload; cfg supplies the sizes for the notes.
@@ -161,6 +163,12 @@ func workloads(cfg *config) []workload {
 				{"apparent ÷ raft-wal", mApparent},
 				{"allocated ÷ raft-wal", mAllocated},
 			},
+		},
+		{
+			// Printed by printGroupsTable.
+			key:   wGroups,
+			title: "Many raft groups on one commit log",
+			note:  groupsNote(cfg),
 		},
 	}
 }

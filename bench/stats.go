@@ -13,28 +13,48 @@ import (
 // (8 MiB), however many calls a case makes.
 const maxSamples = 1 << 20
 
-// sampler keeps a uniform random sample of at most maxSamples latencies
+// sampler keeps a uniform random sample of at most limit latencies
 // (reservoir sampling), from which it reads percentiles.
 type sampler struct {
-	n   int64 // latencies offered
-	buf []time.Duration
-	rng *rand.Rand
+	n     int64 // latencies offered
+	limit int
+	buf   []time.Duration
+	rng   *rand.Rand
 }
 
-func newSampler(seed uint64) *sampler {
-	return &sampler{rng: rand.New(rand.NewPCG(seed, 0x5eed))}
+// newSampler returns a sampler that keeps up to maxSamples latencies.
+func newSampler(seed uint64) *sampler { return newSamplerLimit(seed, maxSamples) }
+
+// newSamplerLimit returns a sampler that keeps up to limit latencies (at
+// least 1).
+func newSamplerLimit(seed uint64, limit int) *sampler {
+	return &sampler{limit: max(limit, 1), rng: rand.New(rand.NewPCG(seed, 0x5eed))}
 }
 
 // add offers one latency.
 func (s *sampler) add(d time.Duration) {
 	s.n++
-	if len(s.buf) < maxSamples {
+	if len(s.buf) < s.limit {
 		s.buf = append(s.buf, d)
 		return
 	}
-	if j := s.rng.Int64N(s.n); j < maxSamples {
+	if j := s.rng.Int64N(s.n); j < int64(s.limit) {
 		s.buf[j] = d
 	}
+}
+
+// mergeSamplers returns a sampler holding the samples of every one of ss,
+// for percentiles over all of them. It is exact when none of ss dropped a
+// latency; otherwise each keeps a uniform sample of its own calls, and
+// calls of a sampler that saw more are under-weighted.
+func mergeSamplers(ss []*sampler) *sampler {
+	out := newSamplerLimit(0, 1)
+	for _, s := range ss {
+		out.n += s.n
+		out.buf = append(out.buf, s.buf...)
+	}
+	out.limit = max(len(out.buf), 1)
+	return out
 }
 
 // percentiles returns the nearest-rank percentiles ps (0 < p <= 100) of

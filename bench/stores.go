@@ -9,7 +9,9 @@ import (
 	"github.com/hashicorp/raft"
 	raftboltdb "github.com/hashicorp/raft-boltdb/v2"
 	wal "github.com/hashicorp/raft-wal"
+	walfs "github.com/hashicorp/raft-wal/fs"
 	"github.com/hashicorp/raft-wal/metadb"
+	"github.com/hashicorp/raft-wal/segment"
 	"github.com/raftlog/raftlog/raftstore"
 )
 
@@ -29,6 +31,10 @@ type storeKind struct {
 	name string
 	// open opens (or creates) the store in dir, which exists.
 	open func(dir string) (logStore, error)
+	// openGroups opens the stores of raft groups 1 to n under dir, which
+	// exists, for workload 7: one shared DB for raftstore, n stores in
+	// directories of their own for the others.
+	openGroups func(dir string, n int) (*groupSet, error)
 }
 
 // walKey is the store every ratio is taken against.
@@ -42,6 +48,7 @@ var allStores = []storeKind{
 		open: func(dir string) (logStore, error) {
 			return raftstore.Open(dir, &raftstore.Options{Flush: raftstore.SyncFlush})
 		},
+		openGroups: openRaftstoreGroups(raftstore.SyncFlush),
 	},
 	{
 		key:  "raftstore-async",
@@ -49,27 +56,48 @@ var allStores = []storeKind{
 		open: func(dir string) (logStore, error) {
 			return raftstore.Open(dir, &raftstore.Options{Flush: raftstore.AsyncFlush})
 		},
+		openGroups: openRaftstoreGroups(raftstore.AsyncFlush),
 	},
 	{
-		key:  walKey,
-		name: "raft-wal",
-		open: openWAL,
+		key:        walKey,
+		name:       "raft-wal",
+		open:       openWAL,
+		openGroups: openWALGroups,
 	},
 	{
-		key:  "raft-boltdb",
-		name: "raft-boltdb v2",
-		open: func(dir string) (logStore, error) {
-			return raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
-		},
+		key:        boltKey,
+		name:       "raft-boltdb v2",
+		open:       openBolt,
+		openGroups: openBoltGroups,
 	},
+}
+
+// boltKey is raft-boltdb's key.
+const boltKey = "raft-boltdb"
+
+// openBolt opens raft-boltdb v2 with its defaults (fsync on every commit).
+func openBolt(dir string) (logStore, error) {
+	return raftboltdb.NewBoltStore(filepath.Join(dir, "raft.db"))
 }
 
 // openWAL opens raft-wal with its defaults. The default meta store is
 // created here only to be able to close it: WAL.Close leaves it open, and
 // its bbolt file lock would make a reopen in the same process wait forever.
-func openWAL(dir string) (logStore, error) {
+func openWAL(dir string) (logStore, error) { return openCountedWAL(dir, nil) }
+
+// openCountedWAL is openWAL that, if c is not nil, counts the WAL's fsyncs
+// in c: it gives raft-wal its default segment filer and meta store, each
+// wrapped to count (walFsyncs).
+func openCountedWAL(dir string, c *walFsyncs) (logStore, error) {
 	meta := &metadb.BoltMetaDB{}
-	w, err := wal.Open(dir, wal.WithMetaStore(meta))
+	var w *wal.WAL
+	var err error
+	if c == nil {
+		w, err = wal.Open(dir, wal.WithMetaStore(meta))
+	} else {
+		w, err = wal.Open(dir, wal.WithMetaStore(&countingMeta{MetaStore: meta, c: c}),
+			wal.WithSegmentFiler(segment.NewFiler(dir, &countingVFS{VFS: walfs.New(), c: c})))
+	}
 	if err != nil {
 		meta.Close()
 		return nil, err
