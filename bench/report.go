@@ -24,6 +24,7 @@ const (
 	mAllocated  = "allocated"
 	mFiles      = "files"
 	mFsyncs     = "fsyncs/call"
+	mElapsed    = "elapsed"
 )
 
 // measurement is one round's figures for one row, by metric name.
