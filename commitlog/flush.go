@@ -94,12 +94,13 @@ func (l *Log) flushLoop() {
 // groupCommit takes every registered waiter, syncs once, and completes
 // them all. Waiters registered after the swap wait for the next round.
 //
-// Before it swaps, it gives appenders a moment to join: when the last round
-// completed more waiters than have registered so far, the appenders it
-// released are most likely writing their next records right now, and
-// letting them register first makes one sync do the work of several. The
-// wait yields the processor to them and lasts at most a quarter of the
-// last sync's duration, so a lone appender never waits at all.
+// Before it swaps, it gives appenders a moment to join: when fewer have
+// registered than the last round released plus those that were already
+// waiting for this one, the released appenders are most likely writing
+// their next records right now, and letting them register first makes one
+// sync do the work of several. The wait yields the processor to them and
+// lasts at most a quarter of the last sync's duration, so a lone appender
+// never waits at all.
 func (l *Log) groupCommit() {
 	if want := l.lastBatch; want > 1 && l.nwaiters.Load() < want {
 		deadline := time.Now().Add(l.lastSync / 4)
@@ -115,8 +116,12 @@ func (l *Log) groupCommit() {
 	start := time.Now()
 	err := l.syncAll()
 	l.lastSync = time.Since(start)
-	l.lastBatch = int64(len(ws))
 	l.finishWaiters(ws, err)
+	// The next round can expect the appenders it just released (most
+	// come straight back) and those that registered during this sync.
+	// Counting only the released ones lets two appenders fall into
+	// alternating rounds of one each, forever.
+	l.lastBatch = int64(len(ws)) + l.nwaiters.Load()
 	clear(ws)
 	l.spareWaiters = ws
 }

@@ -116,7 +116,7 @@ type Log struct {
 	// to avoid an allocation per round; owned by the flusher.
 	spareWaiters []*waiter
 	nwaiters     atomic.Int64  // len(waiters), readable without wmu
-	lastBatch    int64         // flusher: waiters completed by the last round
+	lastBatch    int64         // flusher: waiters the next round can expect
 	lastSync     time.Duration // flusher: duration of the last round's sync
 	kick         chan struct{}
 
