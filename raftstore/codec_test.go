@@ -294,8 +294,8 @@ func TestCodecMetaRoundTrip(t *testing.T) {
 		states []groupState
 	}{
 		{0, nil},
-		{12345, []groupState{{group: 1, first: 2, last: 3, commit: 2}}},
-		{math.MaxInt64, []groupState{{}, {group: math.MaxUint64, first: math.MaxUint64, last: math.MaxUint64, commit: math.MaxUint64}}},
+		{12345, []groupState{{group: 1, first: 2, last: 3, commit: 2, from: 12000}}},
+		{math.MaxInt64, []groupState{{}, {group: math.MaxUint64, first: math.MaxUint64, last: math.MaxUint64, commit: math.MaxUint64, from: math.MaxInt64}}},
 	}
 	for _, c := range cases {
 		b := encodeMeta(c.from, c.states)
@@ -318,16 +318,17 @@ func TestCodecMetaRoundTrip(t *testing.T) {
 	// Many groups fit in a checkpoint.
 	many := make([]groupState, maxGroups)
 	for i := range many {
-		many[i] = groupState{group: math.MaxUint64 - uint64(i), first: math.MaxUint64, last: math.MaxUint64, commit: math.MaxUint64}
+		many[i] = groupState{group: math.MaxUint64 - uint64(i), first: math.MaxUint64, last: math.MaxUint64, commit: math.MaxUint64, from: math.MaxInt64}
 	}
 	if b := encodeMeta(math.MaxInt64, many); len(b) > 65536-56-4 {
 		t.Fatalf("meta of %d groups takes %d bytes, more than a checkpoint holds", maxGroups, len(b))
 	}
 	bad := map[string][]byte{
 		"version 0":       {0, 0, 0},
-		"version 2":       {2, 0, 0},
-		"too many groups": binary.AppendUvarint([]byte{1, 0}, maxGroups+1),
-		"huge count":      binary.AppendUvarint([]byte{1, 0}, math.MaxUint64),
+		"version 1":       {1, 0, 0},
+		"version 3":       {3, 0, 0},
+		"too many groups": binary.AppendUvarint([]byte{metaVersion, 0}, maxGroups+1),
+		"huge count":      binary.AppendUvarint([]byte{metaVersion, 0}, math.MaxUint64),
 	}
 	for name, b := range bad {
 		if _, _, err := decodeMeta(b); err == nil {
@@ -406,7 +407,7 @@ func FuzzDecodeStable(f *testing.F) {
 
 func FuzzDecodeMeta(f *testing.F) {
 	f.Add(encodeMeta(0, nil))
-	f.Add(encodeMeta(4096, []groupState{{group: 1, first: 10, last: 20, commit: 15}, {group: 2}}))
+	f.Add(encodeMeta(4096, []groupState{{group: 1, first: 10, last: 20, commit: 15, from: 4000}, {group: 2}}))
 	f.Add([]byte{})
 	f.Add([]byte{1})
 	f.Add([]byte{2, 0, 0})

@@ -26,9 +26,9 @@ var ErrClosed = errors.New("raftstore: closed")
 var ErrCorrupt = errors.New("raftstore: corrupt")
 
 // maxGroups bounds the groups of one DB: the checkpoint holds every group's
-// indexes in at most commitlog.MaxCheckpointMeta bytes, 41 bytes per group
+// indexes in at most commitlog.MaxCheckpointMeta bytes, 50 bytes per group
 // at worst.
-const maxGroups = (commitlog.MaxCheckpointMeta - 32) / 41
+const maxGroups = (commitlog.MaxCheckpointMeta - 32) / 50
 
 // DB is a commit log shared by many raft groups, each with its own index
 // and stable keys. Appends from every group go through the commit log's one
@@ -203,16 +203,19 @@ func (db *DB) fail(err error) error {
 	return db.err()
 }
 
-// groupState is one group's indexes as a checkpoint records them.
+// groupState is one group's indexes as a checkpoint records them, and the
+// commit-log position from which the group's records are not yet in them.
 type groupState struct {
 	group, first, last, commit uint64
+	from                       int64
 }
 
 // checkpointMeta is the commit log's checkpoint hook. It records, for every
-// group, the first and last index and the persisted commit index, and the
-// commit-log position replay starts from after a crash. Before it returns,
-// every record those indexes describe is durable and so is every index
-// slot below them.
+// group, the first and last index, the persisted commit index and the
+// commit-log position from which recovery must replay the group's records,
+// all read together under the group's write lock; and the position from
+// which to replay groups created after it. Before it returns, every record
+// those indexes describe is durable and so is every index slot below them.
 func (db *DB) checkpointMeta() ([]byte, error) {
 	if !db.ready.Load() {
 		return nil, errors.New("raftstore: recovery still running")
@@ -241,8 +244,8 @@ func (db *DB) checkpointMeta() ([]byte, error) {
 		db.m.pinned(s.group, s.PinnedBytes())
 	}
 	if !closed {
-		// The states may describe records written after replayFrom: make
-		// all of them durable before the checkpoint claims them.
+		// Make every record the states describe durable before the
+		// checkpoint claims them.
 		if err := db.log.WaitDurable(db.log.End()); err != nil {
 			return nil, err
 		}
@@ -250,10 +253,14 @@ func (db *DB) checkpointMeta() ([]byte, error) {
 	return encodeMeta(replayFrom, states), nil
 }
 
+// metaVersion is the version of the checkpoint meta layout. Wire format.
+const metaVersion = 2
+
 // encodeMeta encodes the checkpoint meta: a version byte, the replay
-// position, then each group's id, first, last and commit index.
+// position for groups it does not list, then each group's id, first, last
+// and commit index and its own replay position, all uvarints.
 func encodeMeta(replayFrom int64, states []groupState) []byte {
-	b := []byte{1}
+	b := []byte{metaVersion}
 	b = binary.AppendUvarint(b, uint64(replayFrom))
 	b = binary.AppendUvarint(b, uint64(len(states)))
 	for _, s := range states {
@@ -261,6 +268,7 @@ func encodeMeta(replayFrom int64, states []groupState) []byte {
 		b = binary.AppendUvarint(b, s.first)
 		b = binary.AppendUvarint(b, s.last)
 		b = binary.AppendUvarint(b, s.commit)
+		b = binary.AppendUvarint(b, uint64(s.from))
 	}
 	return b
 }
@@ -270,7 +278,7 @@ func decodeMeta(b []byte) (int64, []groupState, error) {
 	if len(b) == 0 {
 		return 0, nil, nil
 	}
-	if b[0] != 1 {
+	if b[0] != metaVersion {
 		return 0, nil, fmt.Errorf("%w: checkpoint meta version %d", ErrCorrupt, b[0])
 	}
 	d := decoder{b: b[1:]}
@@ -281,7 +289,9 @@ func decodeMeta(b []byte) (int64, []groupState, error) {
 	}
 	states := make([]groupState, 0, n)
 	for i := uint64(0); i < n && d.err == nil; i++ {
-		states = append(states, groupState{group: d.uvarint(), first: d.uvarint(), last: d.uvarint(), commit: d.uvarint()})
+		st := groupState{group: d.uvarint(), first: d.uvarint(), last: d.uvarint(), commit: d.uvarint()}
+		st.from = int64(d.uvarint())
+		states = append(states, st)
 	}
 	if d.err != nil || len(d.b) != 0 {
 		return 0, nil, fmt.Errorf("%w: checkpoint meta malformed", ErrCorrupt)

@@ -24,10 +24,13 @@ func (db *DB) recover() error {
 			return err
 		}
 	}
+	skipBelow := map[uint64]int64{} // a group's records below are in its state
 	for _, st := range states {
 		if err := db.addRecovered(st.group); err != nil {
 			return err
 		}
+		skipBelow[st.group] = st.from
+		replayFrom = min(replayFrom, st.from)
 		s := db.groups[st.group]
 		s.first.Store(st.first)
 		s.last.Store(st.last)
@@ -70,6 +73,9 @@ func (db *DB) recover() error {
 		r, err := decodeRecord(rec.Payload)
 		if err != nil {
 			return fmt.Errorf("%w: commit-log record at %d: %v", ErrCorrupt, rec.Position, err)
+		}
+		if rec.Position < skipBelow[r.group] {
+			continue // the checkpointed state already holds it
 		}
 		if pendingFirst >= 0 && (r.kind != kindEntry || r.group != pendingGroup) {
 			return fmt.Errorf("%w: commit-log record at %d interrupts the batch of group %d that starts at %d", ErrCorrupt, rec.Position, pendingGroup, pendingFirst)

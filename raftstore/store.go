@@ -381,7 +381,10 @@ func (s *Store) syncIndex() (groupState, error) {
 			return groupState{}, err
 		}
 	}
-	return groupState{group: s.group, first: s.first.Load(), last: s.last.Load(), commit: s.commit.Load()}, nil
+	// Every record of this group below the end of the log is reflected in
+	// the state, and none after: the write lock keeps the group's writers
+	// out while both are read.
+	return groupState{group: s.group, first: s.first.Load(), last: s.last.Load(), commit: s.commit.Load(), from: s.db.log.End()}, nil
 }
 
 // StageCommitIndex stages a commit index; the next StoreLogs persists it
