@@ -13,21 +13,35 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// appendCase is one StoreLogs shape: entries per call and payload size.
+// appendCase is one StoreLogs shape: entries per call and payload size,
+// and whether the log is compacted as it grows.
 type appendCase struct {
 	name  string
 	batch int
 	size  int
+	// compact, when set, deletes the log's prefix every compactEvery
+	// entries, keeping compactKeep, as raft does after each snapshot
+	// (its defaults: SnapshotThreshold 8192, TrailingLogs 10240). The
+	// DeleteRange calls are timed as part of the case.
+	compact bool
 }
+
+// Raft's default snapshot threshold and trailing logs, used by compacted
+// cases.
+const (
+	compactEvery = 8192
+	compactKeep  = 10240
+)
 
 // appendCases are the StoreLogs shapes of workload 1: a lone entry (a
 // leader under light load), full batches of small, medium and large
 // entries.
 var appendCases = []appendCase{
-	{"1 x 1 KiB", 1, 1 << 10},
-	{"64 x 1 KiB", 64, 1 << 10},
-	{"64 x 16 KiB", 64, 16 << 10},
-	{"64 x 128 B", 64, 128},
+	{"1 x 1 KiB", 1, 1 << 10, false},
+	{"64 x 1 KiB", 64, 1 << 10, false},
+	{"64 x 16 KiB", 64, 16 << 10, false},
+	{"64 x 128 B", 64, 128, false},
+	{"64 x 1 KiB, compacted", 64, 1 << 10, true},
 }
 
 // appendedAt is the AppendedAt of every entry, so that every store encodes
@@ -107,6 +121,7 @@ func storeLogsCase(cfg *config, kind storeKind, dir string, c appendCase, seed u
 	next := uint64(1)
 	var calls int
 	var written int64
+	first, lastCompact := uint64(1), uint64(0)
 
 	runtime.GC()
 	start := time.Now()
@@ -117,6 +132,14 @@ func storeLogsCase(cfg *config, kind storeKind, dir string, c appendCase, seed u
 		if err := s.StoreLogs(batch); err != nil {
 			s.Close()
 			return nil, err
+		}
+		if last := next - 1; c.compact && last-lastCompact >= compactEvery && last > compactKeep {
+			// A snapshot was taken: drop all but the trailing entries.
+			if err := s.DeleteRange(first, last-compactKeep); err != nil {
+				s.Close()
+				return nil, err
+			}
+			first, lastCompact = last-compactKeep+1, last
 		}
 		now = time.Now()
 		lat.add(now.Sub(t0))

@@ -296,3 +296,52 @@ func BenchmarkSegmentSize(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkAppendBatchSteadyState appends batches of 64 x 1 KiB with
+// SyncFlush into 16 MiB segments, either only growing the log or removing
+// its oldest segments as it grows (as raft's compaction does), which lets
+// new segments reuse removed files.
+func BenchmarkAppendBatchSteadyState(b *testing.B) {
+	for _, compact := range []bool{false, true} {
+		name := "growing"
+		if compact {
+			name = "compacted"
+		}
+		b.Run(name, func(b *testing.B) {
+			l, m := benchLog(b, Options{SegmentSize: 16 << 20})
+			batch := batchOf(64, 1024)
+			if compact {
+				// Warm up: fill and drop a few segments so the pool has files.
+				for l.Segments()[0].Base < 4*(16<<20) {
+					if _, err := l.AppendBatch(batch); err != nil {
+						b.Fatal(err)
+					}
+					if segs := l.Segments(); len(segs) > 2 {
+						l.DeleteBefore(segs[len(segs)-2].Base)
+					}
+				}
+			}
+			var lat latencies
+			lat.d = make([]time.Duration, 0, b.N)
+			b.SetBytes(64 * 1024)
+			b.ResetTimer()
+			m.syncs.Store(0)
+			start := time.Now()
+			for i := 0; i < b.N; i++ {
+				t := time.Now()
+				if _, err := l.AppendBatch(batch); err != nil {
+					b.Fatal(err)
+				}
+				lat.d = append(lat.d, time.Since(t))
+				if compact {
+					if segs := l.Segments(); len(segs) > 2 {
+						l.DeleteBefore(segs[len(segs)-2].Base)
+					}
+				}
+			}
+			b.StopTimer()
+			reportRate(b, m, b.N*64, start)
+			lat.report(b)
+		})
+	}
+}

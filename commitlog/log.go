@@ -95,6 +95,12 @@ type Log struct {
 	durableTS     int64  // syncMu: its store timestamp
 	syncedRecords uint64 // syncMu: tail.records at the last sync
 
+	// recycleMu guards the segments kept for reuse (recycle.go); releases
+	// run on reader goroutines, so it is apart from mu.
+	recycleMu     sync.Mutex
+	recycled      []*segment // recycleMu
+	recycleClosed bool       // recycleMu
+
 	// readMu keeps readers out while a truncation moves wrote back, so
 	// that no reader copies bytes that appends are about to overwrite.
 	readMu sync.RWMutex
@@ -415,12 +421,15 @@ func (l *Log) zeroFillNext() bool {
 	return l.opts.Preallocate == PreallocateZeroes && time.Since(l.activeSince) >= zeroFillSlowerThan
 }
 
-// newSegment creates the segment starting at base, zero-filled if zero is
-// set, and makes its name durable.
+// newSegment makes the segment starting at base from a recycled file, or
+// creates it, zero-filled if zero is set, and makes its name durable.
 func (l *Log) newSegment(base int64, zero bool) (*segment, error) {
-	s, err := createSegment(l.fs, l.dir, base, l.opts.SegmentSize, zero, l.opts.WarmSegments)
-	if err != nil {
-		return nil, err
+	s := l.takeRecycled(base)
+	if s == nil {
+		var err error
+		if s, err = createSegment(l.fs, l.dir, base, l.opts.SegmentSize, zero, l.opts.WarmSegments); err != nil {
+			return nil, err
+		}
 	}
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		s.release()
@@ -656,6 +665,7 @@ func (l *Log) Close() error {
 		err = cerr
 	}
 	l.releaseAll()
+	l.closeRecycled()
 	l.lock.Close()
 	return err
 }

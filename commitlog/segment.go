@@ -50,6 +50,12 @@ type segment struct {
 	data []byte // m.Bytes(); bytes below the log's wrote position are immutable until a truncation
 
 	refs atomic.Int64
+	// free, when set, takes the file and mapping once the last reference
+	// is released, instead of closing them (segment recycling); tmpPath is
+	// then the file's name. Both are set before the log's own reference
+	// is released and read only after the last one is.
+	free    func(*segment)
+	tmpPath string
 
 	// locked is true while the mapping is mlocked; owned by the log's mu.
 	locked bool
@@ -75,6 +81,10 @@ func (s *segment) hold() bool {
 // release drops a reference; the last one unmaps and closes the file.
 func (s *segment) release() {
 	if s.refs.Add(-1) == 0 {
+		if s.free != nil {
+			s.free(s)
+			return
+		}
 		s.m.Unmap()
 		s.file.Close()
 	}

@@ -164,7 +164,7 @@ func (l *Log) DeleteBefore(pos int64) (int, error) {
 	keep := append(segmentList(nil), list[n:]...)
 	l.segs.Store(&keep)
 	drop := list[:n]
-	l.removeSegments(drop)
+	l.recycleSegments(drop)
 	err := l.fs.SyncDir(l.dir)
 	l.mu.Unlock()
 	if err != nil {
