@@ -15,7 +15,8 @@
 // header in the concatenation of all segments. Once the active segment is
 // half full, the next one is created, preallocated and mapped in the
 // background, so an append never waits for file creation, and a log holds
-// at most one segment ahead of its data.
+// at most one segment ahead of its data. Segments that DeleteBefore removes
+// are recycled as later segments once no reader holds them (recycle.go).
 //
 // # Durability
 //
