@@ -188,18 +188,25 @@ func newCluster(t *testing.T, size int) *cluster {
 }
 
 func (c *cluster) config(n *node) *raft.Config {
+	return testRaftConfig(n.id, c.logs, 128, 500)
+}
+
+// testRaftConfig returns raft settings for tests: short timeouts, frequent
+// snapshots and few trailing logs, so that elections, snapshots and
+// compaction all happen within a second or two; errors go to logs.
+func testRaftConfig(id raft.ServerID, logs io.Writer, maxAppend int, snapshotThreshold uint64) *raft.Config {
 	conf := raft.DefaultConfig()
-	conf.LocalID = n.id
+	conf.LocalID = id
 	conf.HeartbeatTimeout = 200 * time.Millisecond
 	conf.ElectionTimeout = 200 * time.Millisecond
 	conf.LeaderLeaseTimeout = 100 * time.Millisecond
 	conf.CommitTimeout = 5 * time.Millisecond
-	conf.MaxAppendEntries = 128
+	conf.MaxAppendEntries = maxAppend
 	conf.BatchApplyCh = true
-	conf.SnapshotThreshold = 500
+	conf.SnapshotThreshold = snapshotThreshold
 	conf.SnapshotInterval = 100 * time.Millisecond
 	conf.TrailingLogs = 100
-	conf.LogOutput = c.logs
+	conf.LogOutput = logs
 	conf.LogLevel = "ERROR"
 	return conf
 }

@@ -335,15 +335,20 @@ func (r *crRun) crash() {
 	r.stats.crashes++
 }
 
-func crSeeds(t *testing.T) []uint64 {
-	if v := os.Getenv("RAFTSTORE_CRASH_SEED"); v != "" {
+// crSeeds returns TestCrashRandomized's seeds.
+func crSeeds(t *testing.T) []uint64 { return testSeeds(t, "RAFTSTORE_CRASH_SEED", 12) }
+
+// testSeeds returns the seeds 1..n, or only the one the environment
+// variable env names, to rerun a failure.
+func testSeeds(t *testing.T, env string, n int) []uint64 {
+	if v := os.Getenv(env); v != "" {
 		seed, err := strconv.ParseUint(v, 10, 64)
 		if err != nil {
-			t.Fatalf("RAFTSTORE_CRASH_SEED: %v", err)
+			t.Fatalf("%s: %v", env, err)
 		}
 		return []uint64{seed}
 	}
-	seeds := make([]uint64, 12)
+	seeds := make([]uint64, n)
 	for i := range seeds {
 		seeds[i] = uint64(i + 1)
 	}

@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -544,20 +543,8 @@ func (r *mgRun) verify(when string) {
 	r.checkIsolation(when)
 }
 
-func mgSeeds(t *testing.T) []uint64 {
-	if v := os.Getenv(mgSeedEnv); v != "" {
-		seed, err := strconv.ParseUint(v, 10, 64)
-		if err != nil {
-			t.Fatalf("%s: %v", mgSeedEnv, err)
-		}
-		return []uint64{seed}
-	}
-	seeds := make([]uint64, 10)
-	for i := range seeds {
-		seeds[i] = uint64(i + 1)
-	}
-	return seeds
-}
+// mgSeeds returns TestGroupsCrashRandomized's seeds.
+func mgSeeds(t *testing.T) []uint64 { return testSeeds(t, mgSeedEnv, 10) }
 
 // TestGroupsCrashRandomized runs ten, later twelve, groups of one DB from
 // one goroutine each: random batches, prefix compactions, suffix

@@ -193,20 +193,7 @@ func newMRCluster(t *testing.T) *mrCluster {
 }
 
 func (c *mrCluster) config(n *mrNode) *raft.Config {
-	conf := raft.DefaultConfig()
-	conf.LocalID = n.id
-	conf.HeartbeatTimeout = 200 * time.Millisecond
-	conf.ElectionTimeout = 200 * time.Millisecond
-	conf.LeaderLeaseTimeout = 100 * time.Millisecond
-	conf.CommitTimeout = 5 * time.Millisecond
-	conf.MaxAppendEntries = 64
-	conf.BatchApplyCh = true
-	conf.SnapshotThreshold = 200
-	conf.SnapshotInterval = 100 * time.Millisecond
-	conf.TrailingLogs = 100
-	conf.LogOutput = c.logs
-	conf.LogLevel = "ERROR"
-	return conf
+	return testRaftConfig(n.id, c.logs, 64, 200)
 }
 
 // start opens n's DB from its directory and starts a raft for every group
