@@ -119,7 +119,12 @@ func openEach(dir string, n int, open func(dir string) (logStore, error)) (*grou
 }
 
 // groupsVariant names the rows of n groups.
-func groupsVariant(n int) string { return strconv.Itoa(n) }
+func groupsVariant(n int, compact bool) string {
+	if compact {
+		return strconv.Itoa(n) + ", compacted"
+	}
+	return strconv.Itoa(n)
+}
 
 // runGroups runs workload 7: every round, every group count, every store
 // on a fresh directory, the stores in a rotating order. raftstore's syncs
@@ -144,7 +149,7 @@ func runGroups(ctx context.Context, cfg *config, base string, res *results, prog
 				if err != nil {
 					return fmt.Errorf("groups %d, %s: %w", n, kind.name, err)
 				}
-				res.add(rowKey{wGroups, groupsVariant(n), kind.key}, m)
+				res.add(rowKey{wGroups, groupsVariant(n, cfg.compact), kind.key}, m)
 				fsyncs := fmtFsyncs(m[mFsyncs])
 				if text, ok := uncountedFsyncs[kind.key]; ok {
 					fsyncs = text
@@ -214,10 +219,16 @@ func driveGroups(cfg *config, gs *groupSet, seed uint64) (measurement, error) {
 				return
 			}
 			now := start
+			first, lastCompact := uint64(1), uint64(0)
 			for cfg.more(calls[g], now.Sub(start)) && written.Load() < cfg.maxBytes && !failed.Load() {
 				next = setIndexes(batch, next)
 				t0 := time.Now()
 				err := s.StoreLogs(batch)
+				if last := next - 1; err == nil && cfg.compact && last-lastCompact >= compactEvery && last > compactKeep {
+					// A snapshot: drop all but the trailing entries.
+					err = s.DeleteRange(first, last-compactKeep)
+					first, lastCompact = last-compactKeep+1, last
+				}
 				now = time.Now()
 				if err != nil {
 					errs[g] = fmt.Errorf("group %d: %w", g+1, err)
@@ -263,7 +274,7 @@ func driveGroups(cfg *config, gs *groupSet, seed uint64) (measurement, error) {
 		}
 	}
 	elapsed := end.Sub(start).Seconds()
-	if err := checkGroups(gs, calls, payload); err != nil {
+	if err := checkGroups(gs, calls, payload, cfg.compact); err != nil {
 		return nil, err
 	}
 	ps := mergeSamplers(lats).percentiles(50, 99)
@@ -286,12 +297,12 @@ func driveGroups(cfg *config, gs *groupSet, seed uint64) (measurement, error) {
 // checkGroups checks that every group holds its untimed batch and the
 // calls[g] batches after it, so that a store that loses entries fails the
 // run rather than winning it.
-func checkGroups(gs *groupSet, calls []int, payload []byte) error {
+func checkGroups(gs *groupSet, calls []int, payload []byte, compacted bool) error {
 	for g, s := range gs.stores {
 		want := uint64(groupBatch * (calls[g] + 1))
 		first, err1 := s.FirstIndex()
 		last, err2 := s.LastIndex()
-		if err := errors.Join(err1, err2); err != nil || first != 1 || last != want {
+		if err := errors.Join(err1, err2); err != nil || (first != 1 && !compacted) || first == 0 || first > want || last != want {
 			return errors.Join(fmt.Errorf("group %d: first %d last %d, want 1, %d", g+1, first, last, want), err)
 		}
 		var l raft.Log
@@ -352,7 +363,7 @@ func printGroupsTable(out io.Writer, num int, w workload, cfg *config, res *resu
 	fmt.Fprintf(out, "| %s |\n", strings.Join(head, " | "))
 	fmt.Fprintf(out, "|%s\n", strings.Repeat(" --- |", len(head)))
 	for _, n := range cfg.groups {
-		v := groupsVariant(n)
+		v := groupsVariant(n, cfg.compact)
 		base := res.median(rowKey{wGroups, v, walKey}, mEntriesSec)
 		for _, s := range cfg.stores {
 			k := rowKey{wGroups, v, s.key}

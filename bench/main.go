@@ -42,6 +42,7 @@ type config struct {
 	deleteHead int           // entries the prefix DeleteRange removes
 	deleteTail int           // entries the suffix DeleteRange removes
 	groups     []int         // group counts of workload 7
+	compact    bool          // workload 7's groups compact their logs as raft does
 	only       map[string]bool
 	stores     []storeKind
 	seed       uint64
@@ -101,6 +102,7 @@ func parseFlags(args []string) (*config, error) {
 	fs.IntVar(&cfg.deleteHead, "head", 100_000, "entries the prefix DeleteRange removes")
 	fs.IntVar(&cfg.deleteTail, "tail", 1_000, "entries the suffix DeleteRange removes")
 	fs.StringVar(&groups, "groups", "8,16,64", "comma-separated raft group `counts` of workload 7")
+	fs.BoolVar(&cfg.compact, "compact", false, "in workload 7, each group compacts its log as raft's defaults do (every 8,192 entries, keeping 10,240)")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of payloads and random indexes")
 	fs.StringVar(&only, "only", "all", "comma-separated `workloads` to run: "+strings.Join(workloadKeys(), ", ")+
 		fmt.Sprintf(" (or 1-%d)", len(workloadKeys())))
