@@ -30,6 +30,10 @@ var ErrCorrupt = errors.New("raftstore: corrupt")
 // at worst.
 const maxGroups = (commitlog.MaxCheckpointMeta - 32) / 50
 
+// MaxGroups is the most raft groups one DB holds (1,308): DB.Store refuses
+// to create more.
+const MaxGroups = maxGroups
+
 // DB is a commit log shared by many raft groups, each with its own index
 // and stable keys. Appends from every group go through the commit log's one
 // group commit, so one fdatasync completes the StoreLogs calls of every

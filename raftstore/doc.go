@@ -54,5 +54,6 @@
 //
 // Segments of the commit log are removed only when no group needs them, so
 // a group that never compacts pins the log for every group. A DB holds at
-// most a few thousand groups: every group's indexes live in one checkpoint.
+// most MaxGroups (1,308) groups: every group's indexes live in one
+// checkpoint.
 package raftstore
