@@ -1,0 +1,40 @@
+// Package transport owns raftlog's client wire protocol: framing,
+// versioning, message types, limits, a pipelining client (Conn) and a
+// per-connection server loop (Serve). The node package implements Handler
+// and wires Serve to a listener; the protocol code knows nothing of Raft
+// state or storage.
+//
+// # Wire format
+//
+// protocol.go documents the format in one place: length-prefixed frames
+// carrying a version, a frame type, an op and a request id, with msgpack
+// bodies. messages.go defines the body of every op.
+//
+// # Guarantees
+//
+// Framing: ReadFrame returns io.EOF only at a frame boundary and
+// io.ErrUnexpectedEOF inside a frame; it never allocates more than the
+// length a frame announces, and refuses lengths above its maximum before
+// allocating. DecodeBody accepts exactly one msgpack map with known fields
+// and nothing after it, so a body has one meaning.
+//
+// Limits: a server bounds the frame size, the records per Append and their
+// size, the records and bytes per Read reply and Tail item, the requests and
+// request bytes in flight per connection, and how long a connection may idle,
+// dribble a frame or stall a write (see Limits). A request beyond a limit
+// gets an Error reply and the connection stays usable; a frame that breaks
+// the framing gets an Error reply and the connection is closed. One
+// connection's faults, a panic in a handler call included, never affect
+// another.
+//
+// Concurrency: a Conn may be used by any number of goroutines; each call
+// gets its own request id and replies are matched by id. Serve runs each
+// request in its own goroutine and serialises writes; a Tail stream sends
+// no more items than the client has granted credits for.
+//
+// # What it does not do
+//
+// It does not retry, follow leaders or reconnect: a NotLeader error carries
+// the leader's address and the caller decides. It does not set up TLS; a
+// caller hands Serve and NewConn a net.Conn that may be a *tls.Conn.
+package transport

@@ -1,0 +1,126 @@
+package transport
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+)
+
+// Code classifies an Error. Its values are wire format.
+type Code uint16
+
+// Error codes.
+const (
+	// CodeBadRequest: the request is malformed or fails validation. Do not
+	// retry it unchanged.
+	CodeBadRequest Code = 1
+	// CodeUnknownOp: the server does not know the op, for example an older
+	// server.
+	CodeUnknownOp Code = 2
+	// CodeUnsupportedVersion: the server does not speak the frame's
+	// protocol version. Error.Version names the one it speaks.
+	CodeUnsupportedVersion Code = 3
+	// CodeTooLarge: a frame, record or response exceeds a limit.
+	CodeTooLarge Code = 4
+	// CodeBusy: the connection already has the most requests in flight the
+	// server allows. Retry once one of them completes.
+	CodeBusy Code = 5
+	// CodeNotLeader: the node is not the leader. Error.LeaderID and
+	// Error.LeaderAddr name the leader's client address when it is known.
+	CodeNotLeader Code = 6
+	// CodeTimeout: the request did not complete in time. Its effect, for an
+	// Append, is unknown; retry with the same client id and sequence number.
+	CodeTimeout Code = 7
+	// CodeUnavailable: the node cannot serve now (no quorum, shutting down).
+	CodeUnavailable Code = 8
+	// CodeNotFound: no such record, node or index (for example past the end
+	// of the log).
+	CodeNotFound Code = 9
+	// CodeTrimmed: the requested index is below the first retained record.
+	CodeTrimmed Code = 10
+	// CodeCanceled: the client cancelled the request or its connection.
+	CodeCanceled Code = 11
+	// CodeInternal: the server failed, for example a handler panicked.
+	CodeInternal Code = 12
+)
+
+var codeNames = [...]string{
+	CodeBadRequest:         "BadRequest",
+	CodeUnknownOp:          "UnknownOp",
+	CodeUnsupportedVersion: "UnsupportedVersion",
+	CodeTooLarge:           "TooLarge",
+	CodeBusy:               "Busy",
+	CodeNotLeader:          "NotLeader",
+	CodeTimeout:            "Timeout",
+	CodeUnavailable:        "Unavailable",
+	CodeNotFound:           "NotFound",
+	CodeTrimmed:            "Trimmed",
+	CodeCanceled:           "Canceled",
+	CodeInternal:           "Internal",
+}
+
+// String returns the name of c.
+func (c Code) String() string {
+	if c >= CodeBadRequest && c <= CodeInternal {
+		return codeNames[c]
+	}
+	return fmt.Sprintf("Code(%d)", uint16(c))
+}
+
+// Error is the body of an Error frame and the error a Conn returns for it.
+// Handlers return one to choose the code a client sees; any other error
+// reaches the client as Internal (or Canceled or Timeout for context errors).
+type Error struct {
+	// Code classifies the error.
+	Code Code `msgpack:"code"`
+	// Message is for people; programs look at Code.
+	Message string `msgpack:"message,omitempty"`
+	// LeaderID is the current leader's node id, for NotLeader, when known.
+	LeaderID string `msgpack:"leader_id,omitempty"`
+	// LeaderAddr is the current leader's client address, for NotLeader,
+	// when known.
+	LeaderAddr string `msgpack:"leader_addr,omitempty"`
+	// Version is the protocol version the server speaks, for
+	// UnsupportedVersion.
+	Version uint8 `msgpack:"version,omitempty"`
+}
+
+// Error formats e as "transport: <code>: <message> (leader <id> at <addr>)".
+func (e *Error) Error() string {
+	var b strings.Builder
+	b.WriteString("transport: ")
+	b.WriteString(e.Code.String())
+	if e.Message != "" {
+		b.WriteString(": ")
+		b.WriteString(e.Message)
+	}
+	if e.LeaderID != "" || e.LeaderAddr != "" {
+		fmt.Fprintf(&b, " (leader %q at %q)", e.LeaderID, e.LeaderAddr)
+	}
+	if e.Code == CodeUnsupportedVersion && e.Version != 0 {
+		fmt.Fprintf(&b, " (server speaks version %d)", e.Version)
+	}
+	return b.String()
+}
+
+// Is reports whether target is an *Error with the same code, so that
+// errors.Is(err, &Error{Code: CodeNotLeader}) tests for a code.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// ErrorCode returns the code of the first *Error in err's chain, or 0 when
+// there is none.
+func ErrorCode(err error) Code {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return 0
+}
+
+// errorf builds an *Error.
+func errorf(code Code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,385 @@
+package transport
+
+import (
+	"fmt"
+	"net"
+	"reflect"
+)
+
+// Op names an operation. Its values are wire format.
+type Op uint16
+
+// Operations. Each names its request and response types; Tail is the one
+// streaming op.
+const (
+	// OpAppend appends records: AppendRequest, AppendResponse.
+	OpAppend Op = 1
+	// OpRead reads committed records: ReadRequest, ReadResponse.
+	OpRead Op = 2
+	// OpTail streams records as they commit: TailRequest, then TailItem
+	// stream items.
+	OpTail Op = 3
+	// OpStatus describes the node: StatusRequest, StatusResponse.
+	OpStatus Op = 4
+	// OpJoin adds a voter: JoinRequest, JoinResponse.
+	OpJoin Op = 5
+	// OpRemove removes a server: RemoveRequest, RemoveResponse.
+	OpRemove Op = 6
+	// OpTransferLeadership hands leadership over:
+	// TransferLeadershipRequest, TransferLeadershipResponse.
+	OpTransferLeadership Op = 7
+	// OpTrim drops records below an index: TrimRequest, TrimResponse.
+	OpTrim Op = 8
+)
+
+// Request is implemented by every request type. Serve decodes a request
+// and calls Validate before a Handler sees it.
+type Request interface {
+	// Validate checks the request against l (defaults applied) and returns
+	// an *Error of code BadRequest or TooLarge. It may fill in fields whose
+	// zero value means "the server's limit"; each type says which.
+	Validate(l Limits) error
+}
+
+// opInfo describes one op for the dispatcher.
+type opInfo struct {
+	name   string
+	stream bool
+	req    reflect.Type // request struct type
+	resp   reflect.Type // response (or, for a stream, item) struct type
+}
+
+var ops = [...]opInfo{
+	OpAppend:             {"Append", false, reflect.TypeFor[AppendRequest](), reflect.TypeFor[AppendResponse]()},
+	OpRead:               {"Read", false, reflect.TypeFor[ReadRequest](), reflect.TypeFor[ReadResponse]()},
+	OpTail:               {"Tail", true, reflect.TypeFor[TailRequest](), reflect.TypeFor[TailItem]()},
+	OpStatus:             {"Status", false, reflect.TypeFor[StatusRequest](), reflect.TypeFor[StatusResponse]()},
+	OpJoin:               {"Join", false, reflect.TypeFor[JoinRequest](), reflect.TypeFor[JoinResponse]()},
+	OpRemove:             {"Remove", false, reflect.TypeFor[RemoveRequest](), reflect.TypeFor[RemoveResponse]()},
+	OpTransferLeadership: {"TransferLeadership", false, reflect.TypeFor[TransferLeadershipRequest](), reflect.TypeFor[TransferLeadershipResponse]()},
+	OpTrim:               {"Trim", false, reflect.TypeFor[TrimRequest](), reflect.TypeFor[TrimResponse]()},
+}
+
+func (op Op) info() (opInfo, bool) {
+	if op == 0 || int(op) >= len(ops) {
+		return opInfo{}, false
+	}
+	return ops[op], true
+}
+
+// Valid reports whether op is an operation of this version.
+func (op Op) Valid() bool { _, ok := op.info(); return ok }
+
+// Streaming reports whether op answers with a stream of items.
+func (op Op) Streaming() bool { i, _ := op.info(); return i.stream }
+
+// String returns the name of op.
+func (op Op) String() string {
+	if i, ok := op.info(); ok {
+		return i.name
+	}
+	return fmt.Sprintf("Op(%d)", uint16(op))
+}
+
+// NewRequest returns a pointer to a zero request of op's type, or false
+// for an unknown op.
+func NewRequest(op Op) (Request, bool) {
+	i, ok := op.info()
+	if !ok {
+		return nil, false
+	}
+	return reflect.New(i.req).Interface().(Request), true
+}
+
+// MaxIDLength is the longest node id, client id or address, in bytes.
+// It is wire format.
+const MaxIDLength = 256
+
+// Record is one record as reads return it.
+type Record struct {
+	// Index is the record's raft index, its position in the log.
+	Index uint64 `msgpack:"index"`
+	// Data is the record as appended.
+	Data []byte `msgpack:"data"`
+	// AppendedAt is when the leader appended the record, in Unix
+	// nanoseconds; 0 when unknown.
+	AppendedAt int64 `msgpack:"appended_at,omitempty"`
+}
+
+// AppendRequest appends records. The reply comes after they commit.
+//
+// A client that tags appends with a ClientID and increasing Seq numbers
+// (one Seq per request) may retry a request after a timeout or a leader
+// change: the server stores it once and answers the retry with the
+// original indexes.
+type AppendRequest struct {
+	// ClientID identifies the client session for duplicate suppression;
+	// empty means no suppression.
+	ClientID string `msgpack:"client_id,omitempty"`
+	// Seq numbers the request within the session, from 1; 0 when ClientID
+	// is empty.
+	Seq uint64 `msgpack:"seq,omitempty"`
+	// Records are the records to append, in order; at least one.
+	Records [][]byte `msgpack:"records"`
+}
+
+// Validate checks the record count and sizes and the session fields.
+func (r *AppendRequest) Validate(l Limits) error {
+	l = l.fill()
+	switch {
+	case len(r.Records) == 0:
+		return errorf(CodeBadRequest, "append of no records")
+	case len(r.Records) > l.MaxAppendRecords:
+		return errorf(CodeTooLarge, "append of %d records, limit %d", len(r.Records), l.MaxAppendRecords)
+	case len(r.ClientID) > MaxIDLength:
+		return errorf(CodeBadRequest, "client id of %d bytes, limit %d", len(r.ClientID), MaxIDLength)
+	case r.ClientID == "" && r.Seq != 0:
+		return errorf(CodeBadRequest, "sequence number without a client id")
+	case r.ClientID != "" && r.Seq == 0:
+		return errorf(CodeBadRequest, "client id without a sequence number")
+	}
+	for i, rec := range r.Records {
+		if len(rec) > l.MaxRecordSize {
+			return errorf(CodeTooLarge, "record %d is %d bytes, limit %d", i, len(rec), l.MaxRecordSize)
+		}
+	}
+	return nil
+}
+
+// AppendResponse reports where appended records went.
+type AppendResponse struct {
+	// Indexes are the raft indexes of the records, in request order. They
+	// increase but need not be contiguous.
+	Indexes []uint64 `msgpack:"indexes"`
+	// Duplicate is true when the request repeated one already stored; the
+	// indexes are those of the original.
+	Duplicate bool `msgpack:"duplicate,omitempty"`
+}
+
+// ReadRequest reads committed records from an index. Reads are
+// linearizable unless Stale is set. Indexes that hold raft's own entries
+// are skipped.
+type ReadRequest struct {
+	// From is the first index to read; 0 means the first retained record.
+	// An index below the first retained record fails with Trimmed.
+	From uint64 `msgpack:"from,omitempty"`
+	// MaxRecords bounds the records returned; 0 means the server's limit.
+	MaxRecords uint32 `msgpack:"max_records,omitempty"`
+	// MaxBytes bounds the record data returned; 0 means the server's limit.
+	// At least one record is returned when one is available, even one
+	// larger than MaxBytes.
+	MaxBytes uint32 `msgpack:"max_bytes,omitempty"`
+	// Stale allows any node to answer from its own log without confirming
+	// leadership: faster, but possibly behind.
+	Stale bool `msgpack:"stale,omitempty"`
+}
+
+// Validate checks the bounds against l and replaces zero bounds by l's.
+func (r *ReadRequest) Validate(l Limits) error {
+	return checkReadBounds(&r.MaxRecords, &r.MaxBytes, l)
+}
+
+// checkReadBounds checks and fills the bounds of a Read or Tail.
+func checkReadBounds(records, bytes *uint32, l Limits) error {
+	l = l.fill()
+	if uint64(*records) > uint64(l.MaxReadRecords) {
+		return errorf(CodeBadRequest, "max records %d exceeds the limit %d", *records, l.MaxReadRecords)
+	}
+	if uint64(*bytes) > uint64(l.MaxReadBytes) {
+		return errorf(CodeBadRequest, "max bytes %d exceeds the limit %d", *bytes, l.MaxReadBytes)
+	}
+	if *records == 0 {
+		*records = uint32(l.MaxReadRecords)
+	}
+	if *bytes == 0 {
+		*bytes = uint32(l.MaxReadBytes)
+	}
+	return nil
+}
+
+// ReadResponse carries records read.
+type ReadResponse struct {
+	// Records are in index order; empty when none is committed at or past
+	// the index asked for.
+	Records []Record `msgpack:"records"`
+	// Next is the index to read from next.
+	Next uint64 `msgpack:"next"`
+}
+
+// TailRequest streams committed records from an index, as they commit,
+// until the client cancels. Each stream item is a TailItem; the stream ends
+// with an Error (for example Trimmed, NotLeader or Canceled).
+type TailRequest struct {
+	// From is the first index to stream; 0 means the first retained record.
+	From uint64 `msgpack:"from,omitempty"`
+	// MaxRecords bounds the records per item; 0 means the server's limit.
+	MaxRecords uint32 `msgpack:"max_records,omitempty"`
+	// MaxBytes bounds the record data per item; 0 means the server's limit.
+	MaxBytes uint32 `msgpack:"max_bytes,omitempty"`
+	// Stale allows a follower to serve the stream from its own log.
+	Stale bool `msgpack:"stale,omitempty"`
+}
+
+// Validate checks the per-item bounds against l and replaces zero bounds
+// by l's.
+func (r *TailRequest) Validate(l Limits) error {
+	return checkReadBounds(&r.MaxRecords, &r.MaxBytes, l)
+}
+
+// TailItem is one stream item of a Tail.
+type TailItem struct {
+	// Records are in index order; at least one.
+	Records []Record `msgpack:"records"`
+	// Next is the index the stream continues from.
+	Next uint64 `msgpack:"next"`
+}
+
+// StatusRequest asks a node to describe itself. It has no fields.
+type StatusRequest struct{}
+
+// Validate accepts every StatusRequest.
+func (*StatusRequest) Validate(Limits) error { return nil }
+
+// StatusResponse describes a node.
+type StatusResponse struct {
+	// NodeID is the answering node's id.
+	NodeID string `msgpack:"node_id"`
+	// Role is the node's raft state: Follower, Candidate, Leader or Shutdown.
+	Role string `msgpack:"role"`
+	// LeaderID is the leader's node id, empty when unknown.
+	LeaderID string `msgpack:"leader_id,omitempty"`
+	// LeaderAddr is the leader's client address, empty when unknown.
+	LeaderAddr string `msgpack:"leader_addr,omitempty"`
+	// Term is the node's current raft term.
+	Term uint64 `msgpack:"term"`
+	// FirstIndex is the first retained index, 0 when the log is empty.
+	FirstIndex uint64 `msgpack:"first_index"`
+	// LastIndex is the last index in the node's log.
+	LastIndex uint64 `msgpack:"last_index"`
+	// CommitIndex is the highest index the node knows is committed.
+	CommitIndex uint64 `msgpack:"commit_index"`
+	// AppliedIndex is the highest index the node has applied.
+	AppliedIndex uint64 `msgpack:"applied_index"`
+	// Store holds figures of the node's storage.
+	Store StoreStatus `msgpack:"store"`
+}
+
+// StoreStatus holds figures of a node's storage.
+type StoreStatus struct {
+	// Segments is the number of commit-log segment files.
+	Segments uint64 `msgpack:"segments"`
+	// Bytes is the size of the retained log on disk.
+	Bytes uint64 `msgpack:"bytes"`
+	// Written is the commit-log offset written up to.
+	Written uint64 `msgpack:"written"`
+	// Flushed is the commit-log offset durable up to.
+	Flushed uint64 `msgpack:"flushed"`
+}
+
+// JoinRequest adds a node to the cluster as a voter. Send it to the leader.
+type JoinRequest struct {
+	// NodeID is the joining node's raft server id.
+	NodeID string `msgpack:"node_id"`
+	// RaftAddr is the joining node's raft address, host:port.
+	RaftAddr string `msgpack:"raft_addr"`
+	// ClientAddr is the joining node's client address, host:port.
+	ClientAddr string `msgpack:"client_addr"`
+}
+
+// Validate checks that the id and both addresses are present and sane.
+func (r *JoinRequest) Validate(Limits) error {
+	if err := checkID("node id", r.NodeID); err != nil {
+		return err
+	}
+	if err := checkAddr("raft address", r.RaftAddr); err != nil {
+		return err
+	}
+	return checkAddr("client address", r.ClientAddr)
+}
+
+// JoinResponse reports a completed join.
+type JoinResponse struct {
+	// Index is the raft index of the configuration change.
+	Index uint64 `msgpack:"index"`
+}
+
+// RemoveRequest removes a node from the cluster. Send it to the leader.
+type RemoveRequest struct {
+	// NodeID is the raft server id to remove.
+	NodeID string `msgpack:"node_id"`
+}
+
+// Validate checks the node id.
+func (r *RemoveRequest) Validate(Limits) error { return checkID("node id", r.NodeID) }
+
+// RemoveResponse reports a completed removal.
+type RemoveResponse struct {
+	// Index is the raft index of the configuration change.
+	Index uint64 `msgpack:"index"`
+}
+
+// TransferLeadershipRequest asks the leader to hand leadership to another
+// voter.
+type TransferLeadershipRequest struct {
+	// Target is the node id to hand over to; empty lets raft choose.
+	Target string `msgpack:"target,omitempty"`
+}
+
+// Validate checks the target's length.
+func (r *TransferLeadershipRequest) Validate(Limits) error {
+	if r.Target == "" {
+		return nil
+	}
+	return checkID("target", r.Target)
+}
+
+// TransferLeadershipResponse reports a completed transfer. It has no fields.
+type TransferLeadershipResponse struct{}
+
+// TrimRequest drops every record below an index, on every node. Send it to
+// the leader.
+type TrimRequest struct {
+	// Below is the first index to keep; at least 1.
+	Below uint64 `msgpack:"below"`
+}
+
+// Validate checks that Below is set.
+func (r *TrimRequest) Validate(Limits) error {
+	if r.Below == 0 {
+		return errorf(CodeBadRequest, "trim below index 0")
+	}
+	return nil
+}
+
+// TrimResponse reports a committed trim.
+type TrimResponse struct {
+	// Index is the raft index of the trim command.
+	Index uint64 `msgpack:"index"`
+}
+
+// Credit is the body of a Credit frame.
+type Credit struct {
+	// Items is how many more stream items the server may send.
+	Items uint32 `msgpack:"items"`
+}
+
+func checkID(what, id string) error {
+	if id == "" {
+		return errorf(CodeBadRequest, "%s is empty", what)
+	}
+	if len(id) > MaxIDLength {
+		return errorf(CodeBadRequest, "%s of %d bytes, limit %d", what, len(id), MaxIDLength)
+	}
+	return nil
+}
+
+func checkAddr(what, addr string) error {
+	if err := checkID(what, addr); err != nil {
+		return err
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" || port == "" {
+		return errorf(CodeBadRequest, "%s %q is not host:port", what, addr)
+	}
+	return nil
+}

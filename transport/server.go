@@ -1,0 +1,409 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"reflect"
+	"sync"
+	"time"
+)
+
+// Handler serves decoded, validated requests. The node implements it.
+// Serve calls its methods concurrently, one goroutine per request.
+type Handler interface {
+	// Handle serves a unary request. req is a pointer to op's request type
+	// (for example *AppendRequest for OpAppend), already validated against
+	// the connection's Limits. resp must be a pointer to op's response type,
+	// or nil for its zero value. An *Error reaches the client as is; other
+	// errors as Internal, or Canceled and Timeout for context errors. ctx is
+	// cancelled when the client cancels or the connection ends.
+	Handle(ctx context.Context, op Op, req any) (resp any, err error)
+	// Stream serves a streaming request (OpTail) by calling s.Send for each
+	// item until it returns an error or ctx is done. Returning nil ends the
+	// stream normally; an error ends it with an Error frame as for Handle.
+	Stream(ctx context.Context, op Op, req any, s *ServerStream) error
+}
+
+// Serve serves one client connection until the client closes it, ctx is
+// done, or the client breaks the protocol, and closes it before returning.
+// It returns nil for a clean end (the client closed, the connection idled
+// out, ctx was cancelled) and otherwise the error that ended it, which wraps
+// ErrMalformedFrame, ErrUnsupportedVersion, ErrFrameTooLarge or ErrProtocol
+// for a misbehaving client. Every request still in flight is cancelled and
+// Serve waits for its handler to return.
+//
+// What goes wrong with one connection stays with it: Serve recovers a
+// panicking handler (the client gets Internal), bounds the memory a client
+// can pin through limits, and never touches state shared with other
+// connections except through handler.
+func Serve(ctx context.Context, nc net.Conn, handler Handler, limits Limits) error {
+	lim, err := limits.WithDefaults()
+	if err != nil {
+		nc.Close()
+		return err
+	}
+	s := &serverConn{
+		nc:       nc,
+		h:        handler,
+		lim:      lim,
+		br:       bufio.NewReaderSize(nc, 64<<10),
+		inflight: make(map[uint64]*serverReq),
+	}
+	// Requests are cancelled only after the connection is closed, so that a
+	// client sees the connection end rather than a Canceled it never asked
+	// for.
+	reqCtx, cancelReqs := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, func() { nc.Close() })
+	err = s.readLoop(reqCtx)
+	stop()
+	nc.Close()
+	cancelReqs()
+	s.wg.Wait()
+	if ctx.Err() != nil {
+		return nil // shutting down: the read failed because ctx closed nc
+	}
+	s.mu.Lock()
+	if s.writeErr != nil && errors.Is(err, net.ErrClosed) {
+		err = s.writeErr // the read failed because a write closed nc
+	}
+	s.mu.Unlock()
+	return err
+}
+
+// serverConn is the state of one served connection.
+type serverConn struct {
+	nc  net.Conn      // immutable
+	h   Handler       // immutable
+	lim Limits        // immutable, defaults applied
+	br  *bufio.Reader // owned by the read loop
+	wg  sync.WaitGroup
+
+	wmu sync.Mutex // serialises frame writes
+
+	mu       sync.Mutex            // guards the fields below and read deadlines
+	inflight map[uint64]*serverReq // requests without a final frame yet
+	bytes    int                   // sum of the body sizes in inflight
+	idle     bool                  // the read loop waits for a frame's first byte
+	writeErr error                 // the first failed write, which closed nc
+}
+
+// serverReq is one request in flight.
+type serverReq struct {
+	cancel context.CancelFunc // cancels the handler's context
+	size   int                // body size, counted in serverConn.bytes
+	stream *ServerStream      // nil for a unary request
+}
+
+// readLoop reads frames until the connection ends or misbehaves.
+func (s *serverConn) readLoop(ctx context.Context) error {
+	for {
+		if err := s.awaitFrame(); err != nil {
+			if err == io.EOF || errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil // closed by the client, or idle
+			}
+			return err
+		}
+		f, err := ReadFrame(s.br, s.lim.MaxFrameSize)
+		if err != nil {
+			return s.fatal(f, err)
+		}
+		switch f.Type {
+		case FrameRequest:
+			err = s.request(ctx, f)
+		case FrameCredit:
+			err = s.credit(f)
+		case FrameCancel:
+			err = s.cancel(f)
+		default:
+			err = fmt.Errorf("%w: %v frame from a client", ErrProtocol, f.Type)
+		}
+		if err != nil {
+			return s.fatal(f, err)
+		}
+	}
+}
+
+// awaitFrame waits for the first byte of the next frame under the idle
+// deadline, then gives the rest of the frame FrameTimeout to arrive.
+func (s *serverConn) awaitFrame() error {
+	s.mu.Lock()
+	s.idle = true
+	s.setIdleDeadlineLocked()
+	s.mu.Unlock()
+	_, err := s.br.Peek(1)
+	s.mu.Lock()
+	s.idle = false
+	s.nc.SetReadDeadline(time.Now().Add(s.lim.FrameTimeout))
+	s.mu.Unlock()
+	return err
+}
+
+// setIdleDeadlineLocked arms the idle timeout when nothing is in flight and
+// disarms it otherwise: a client waiting on a long request or a stream
+// need not send anything. Called with s.mu held while s.idle.
+func (s *serverConn) setIdleDeadlineLocked() {
+	if len(s.inflight) == 0 {
+		s.nc.SetReadDeadline(time.Now().Add(s.lim.IdleTimeout))
+	} else {
+		s.nc.SetReadDeadline(time.Time{})
+	}
+}
+
+// fatal answers the frame or fault that ends the connection, when the
+// client can use an answer, and returns err.
+func (s *serverConn) fatal(f Frame, err error) error {
+	var reply *Error
+	id := uint64(0)
+	switch {
+	case errors.Is(err, ErrUnsupportedVersion):
+		reply = &Error{Code: CodeUnsupportedVersion, Message: err.Error(), Version: Version}
+	case errors.Is(err, ErrFrameTooLarge):
+		reply, id = errorf(CodeTooLarge, "%v", err), f.ID
+	case errors.Is(err, ErrMalformedFrame), errors.Is(err, ErrProtocol):
+		reply = errorf(CodeBadRequest, "%v", err)
+	}
+	if reply != nil {
+		s.writeError(f.Op, id, reply)
+	}
+	return err
+}
+
+// request starts a request, or refuses it at once.
+func (s *serverConn) request(ctx context.Context, f Frame) error {
+	if f.ID == 0 {
+		return fmt.Errorf("%w: request id 0", ErrProtocol)
+	}
+	info, known := f.Op.info()
+	s.mu.Lock()
+	if _, dup := s.inflight[f.ID]; dup {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: request id %d is already in flight", ErrProtocol, f.ID)
+	}
+	if len(s.inflight) >= s.lim.MaxInFlight {
+		s.mu.Unlock()
+		return s.writeError(f.Op, f.ID, errorf(CodeBusy, "the limit of %d requests in flight is reached", s.lim.MaxInFlight))
+	}
+	if len(s.inflight) > 0 && s.bytes+len(f.Body) > s.lim.MaxInFlightBytes {
+		s.mu.Unlock()
+		return s.writeError(f.Op, f.ID, errorf(CodeBusy, "%d bytes in flight, a request of %d, limit %d", s.bytes, len(f.Body), s.lim.MaxInFlightBytes))
+	}
+	if !known {
+		s.mu.Unlock()
+		return s.writeError(f.Op, f.ID, errorf(CodeUnknownOp, "unknown op %d", uint16(f.Op)))
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	r := &serverReq{cancel: cancel, size: len(f.Body)}
+	if info.stream {
+		r.stream = &ServerStream{s: s, ctx: rctx, op: f.Op, id: f.ID, item: info.resp, more: make(chan struct{}, 1)}
+	}
+	s.inflight[f.ID] = r
+	s.bytes += r.size
+	s.mu.Unlock()
+	s.wg.Add(1)
+	go s.serve(rctx, f, info, r)
+	return nil
+}
+
+// serve runs one request to its final frame.
+func (s *serverConn) serve(ctx context.Context, f Frame, info opInfo, r *serverReq) {
+	defer s.wg.Done()
+	defer r.cancel()
+	resp, err := s.call(ctx, f, info, r)
+	var body []byte
+	if err == nil {
+		body, err = EncodeBody(resp)
+	}
+	if err == nil && FrameLength(len(body)) > s.lim.MaxFrameSize {
+		err = errorf(CodeTooLarge, "response of %d bytes exceeds the frame limit %d", len(body), s.lim.MaxFrameSize)
+	}
+	// Leave the in-flight set before the final frame goes out, so that a
+	// client that sees it may use the slot at once.
+	s.mu.Lock()
+	delete(s.inflight, f.ID)
+	s.bytes -= r.size
+	if s.idle {
+		s.setIdleDeadlineLocked()
+	}
+	s.mu.Unlock()
+	if err != nil {
+		s.writeError(f.Op, f.ID, wireError(err))
+		return
+	}
+	s.write(Frame{Type: FrameResponse, Op: f.Op, ID: f.ID, Body: body})
+}
+
+// call decodes and validates the request and runs the handler, turning a
+// panic into an Internal error.
+func (s *serverConn) call(ctx context.Context, f Frame, info opInfo, r *serverReq) (resp any, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			resp, err = nil, errorf(CodeInternal, "%v handler panicked: %v", f.Op, p)
+		}
+	}()
+	req := reflect.New(info.req).Interface().(Request)
+	if err := DecodeBody(f.Body, req); err != nil {
+		return nil, errorf(CodeBadRequest, "%v", err)
+	}
+	if err := req.Validate(s.lim); err != nil {
+		return nil, err
+	}
+	if info.stream {
+		if err := s.h.Stream(ctx, f.Op, req, r.stream); err != nil {
+			return nil, err
+		}
+		return struct{}{}, nil
+	}
+	resp, err = s.h.Handle(ctx, f.Op, req)
+	if err != nil {
+		return nil, err
+	}
+	if resp == nil {
+		return reflect.New(info.resp).Interface(), nil
+	}
+	if t := reflect.TypeOf(resp); t != reflect.PointerTo(info.resp) {
+		return nil, errorf(CodeInternal, "%v handler returned %v, want %v", f.Op, t, reflect.PointerTo(info.resp))
+	}
+	return resp, nil
+}
+
+// wireError turns a handler's error into the Error a client sees.
+func wireError(err error) *Error {
+	var e *Error
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, context.Canceled):
+		return errorf(CodeCanceled, "%v", err)
+	case errors.Is(err, context.DeadlineExceeded):
+		return errorf(CodeTimeout, "%v", err)
+	}
+	return errorf(CodeInternal, "%v", err)
+}
+
+// credit adds credits to a stream. Credits for a request no longer in
+// flight are ignored: they may cross its final frame.
+func (s *serverConn) credit(f Frame) error {
+	var c Credit
+	if err := DecodeBody(f.Body, &c); err != nil {
+		return fmt.Errorf("%w: credit: %w", ErrProtocol, err)
+	}
+	s.mu.Lock()
+	r := s.inflight[f.ID]
+	s.mu.Unlock()
+	if r != nil && r.stream != nil {
+		r.stream.grant(c.Items)
+	}
+	return nil
+}
+
+// cancel cancels a request; one no longer in flight is ignored.
+func (s *serverConn) cancel(f Frame) error {
+	if len(f.Body) != 0 {
+		return fmt.Errorf("%w: cancel frame with a body", ErrProtocol)
+	}
+	s.mu.Lock()
+	r := s.inflight[f.ID]
+	s.mu.Unlock()
+	if r != nil {
+		r.cancel()
+	}
+	return nil
+}
+
+// writeError sends e as the final frame of request id.
+func (s *serverConn) writeError(op Op, id uint64, e *Error) error {
+	body, err := EncodeBody(e)
+	if err != nil {
+		return err
+	}
+	return s.write(Frame{Type: FrameError, Op: op, ID: id, Body: body})
+}
+
+// write sends one frame under the write timeout. A failed write closes the
+// connection: the client cannot know how much of the frame arrived.
+func (s *serverConn) write(f Frame) error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	s.nc.SetWriteDeadline(time.Now().Add(s.lim.WriteTimeout))
+	if err := WriteFrame(s.nc, f); err != nil {
+		s.mu.Lock()
+		if s.writeErr == nil {
+			s.writeErr = fmt.Errorf("transport: write %v frame: %w", f.Type, err)
+		}
+		s.mu.Unlock()
+		s.nc.Close()
+		return err
+	}
+	return nil
+}
+
+// ServerStream sends the items of one streaming request under the client's
+// credits. A handler calls Send from one goroutine.
+type ServerStream struct {
+	s    *serverConn     // immutable
+	ctx  context.Context // immutable: the request's context
+	op   Op              // immutable
+	id   uint64          // immutable
+	item reflect.Type    // immutable: the item struct type
+
+	mu      sync.Mutex    // guards credits
+	credits int64         // items the client has granted and not received
+	more    chan struct{} // signalled (capacity 1) when credits arrive
+}
+
+// maxCredits caps the credits a stream holds, so that sums never overflow.
+const maxCredits = 1 << 40
+
+// Send encodes item, a pointer to the op's item type (*TailItem for
+// OpTail), waits for a credit and sends it. It returns the context's error
+// once the client cancels or the connection ends, an error wrapping
+// ErrFrameTooLarge for an item that does not fit a frame (nothing is sent),
+// and the write error if the connection fails.
+func (st *ServerStream) Send(item any) error {
+	if t := reflect.TypeOf(item); t != reflect.PointerTo(st.item) {
+		return fmt.Errorf("transport: %v stream item is %v, want %v", st.op, t, reflect.PointerTo(st.item))
+	}
+	body, err := EncodeBody(item)
+	if err != nil {
+		return err
+	}
+	if FrameLength(len(body)) > st.s.lim.MaxFrameSize {
+		return fmt.Errorf("%w: stream item of %d bytes, limit %d", ErrFrameTooLarge, len(body), st.s.lim.MaxFrameSize)
+	}
+	for {
+		if err := st.ctx.Err(); err != nil {
+			return err
+		}
+		st.mu.Lock()
+		ok := st.credits > 0
+		if ok {
+			st.credits--
+		}
+		st.mu.Unlock()
+		if ok {
+			break
+		}
+		select {
+		case <-st.more:
+		case <-st.ctx.Done():
+			return st.ctx.Err()
+		}
+	}
+	return st.s.write(Frame{Type: FrameStreamItem, Op: st.op, ID: st.id, Body: body})
+}
+
+// grant adds n credits and wakes a waiting Send.
+func (st *ServerStream) grant(n uint32) {
+	st.mu.Lock()
+	st.credits = min(st.credits+int64(n), maxCredits)
+	st.mu.Unlock()
+	select {
+	case st.more <- struct{}{}:
+	default:
+	}
+}
