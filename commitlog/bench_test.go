@@ -9,8 +9,6 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Benchmarks of the commit log on the real file system. b.TempDir lives on
@@ -204,7 +202,7 @@ func BenchmarkBaselineOverwriteFdatasync(b *testing.B) {
 		if _, err := f.WriteAt(buf, int64(i%blocks)*4096); err != nil {
 			b.Fatal(err)
 		}
-		if err := unix.Fdatasync(int(f.Fd())); err != nil {
+		if err := datasync(f); err != nil {
 			b.Fatal(err)
 		}
 		lat.d = append(lat.d, time.Since(t))
