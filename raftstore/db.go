@@ -341,3 +341,41 @@ func (db *DB) storesSnapshot() []*Store {
 	}
 	return out
 }
+
+// Sync makes every entry stored so far durable, whatever the flush mode:
+// with AsyncFlush it is how a caller asks for one durable point, for
+// example before it reports a snapshot installed.
+func (db *DB) Sync() error {
+	if err := db.err(); err != nil {
+		return err
+	}
+	if err := db.log.Sync(); err != nil {
+		return fmt.Errorf("raftstore: %w", err)
+	}
+	return nil
+}
+
+// Stats are figures of a DB's commit log.
+type Stats struct {
+	// Segments is the number of commit-log segment files.
+	Segments int
+	// Bytes is the span of the retained commit log, from the start of its
+	// first segment to the last byte written.
+	Bytes int64
+	// Written is the commit-log offset written up to.
+	Written int64
+	// Durable is the commit-log offset known durable.
+	Durable int64
+}
+
+// Stats returns figures of the commit log. It is cheap and safe to call at
+// any time before Close.
+func (db *DB) Stats() Stats {
+	end := db.log.End()
+	return Stats{
+		Segments: len(db.log.Segments()),
+		Bytes:    end - db.log.First(),
+		Written:  end,
+		Durable:  db.log.Durable(),
+	}
+}

@@ -1,0 +1,55 @@
+package node
+
+import (
+	"encoding/json"
+	"net/http"
+
+	"github.com/hashicorp/raft"
+)
+
+// adminStatus is the JSON body of /status.
+type adminStatus struct {
+	Node    any               `json:"node"`
+	Members []adminMember     `json:"members"`
+	Clients map[string]string `json:"client_addrs"`
+}
+
+type adminMember struct {
+	ID       string `json:"id"`
+	RaftAddr string `json:"raft_addr"`
+	Suffrage string `json:"suffrage"`
+}
+
+// adminHandler serves /status (JSON), /health (the process serves) and
+// /ready (the node knows a leader and can serve reads and writes through
+// it).
+func (n *Node) adminHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
+		st := adminStatus{Node: n.Status(), Clients: n.fsm.memberAddrs()}
+		if f := n.raft.GetConfiguration(); f.Error() == nil {
+			for _, s := range f.Configuration().Servers {
+				st.Members = append(st.Members, adminMember{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})
+			}
+		}
+		w.Header().Set("Content-Type", "application/json")
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		enc.Encode(st)
+	})
+	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if n.raft.State() == raft.Shutdown {
+			http.Error(w, "raft is shut down", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ok\n"))
+	})
+	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+		if addr, _ := n.raft.LeaderWithID(); addr == "" {
+			http.Error(w, "no leader known", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("ready\n"))
+	})
+	return mux
+}

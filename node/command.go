@@ -1,0 +1,143 @@
+package node
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// The data of every raft LogCommand entry a node writes starts with a kind
+// byte:
+//
+//	record:  0x01 | uvarint len(client) | client | [uvarint seq | uvarint i | uvarint n, when client != ""] | payload
+//	trim:    0x02 | uvarint below
+//	member:  0x03 | uvarint len(id) | id | uvarint len(addr) | addr   (addr "" removes the member)
+//
+// A record entry holds one appended record: its raft index is the record's
+// position. An Append of n records with a client id and sequence number
+// writes n entries, the i-th tagged (seq, i, n); the state machine keeps the
+// first copy of each (seq, i) and marks later copies void (fsm.go).
+const (
+	kindRecord byte = 1
+	kindTrim   byte = 2
+	kindMember byte = 3
+)
+
+// errBadCommand reports an entry that does not decode. Entries are written
+// by nodes only, so it means a bug or a corrupt log.
+var errBadCommand = errors.New("node: malformed command entry")
+
+// recordCmd is a decoded record entry.
+type recordCmd struct {
+	client  string
+	seq     uint64
+	i, n    uint64
+	payload []byte // aliases the entry's data
+}
+
+// appendRecordCmd appends the encoding of a record entry to dst.
+func appendRecordCmd(dst []byte, client string, seq, i, n uint64, payload []byte) []byte {
+	dst = append(dst, kindRecord)
+	dst = binary.AppendUvarint(dst, uint64(len(client)))
+	dst = append(dst, client...)
+	if client != "" {
+		dst = binary.AppendUvarint(dst, seq)
+		dst = binary.AppendUvarint(dst, i)
+		dst = binary.AppendUvarint(dst, n)
+	}
+	return append(dst, payload...)
+}
+
+func encodeTrimCmd(below uint64) []byte {
+	return binary.AppendUvarint([]byte{kindTrim}, below)
+}
+
+func encodeMemberCmd(id, addr string) []byte {
+	b := []byte{kindMember}
+	b = binary.AppendUvarint(b, uint64(len(id)))
+	b = append(b, id...)
+	b = binary.AppendUvarint(b, uint64(len(addr)))
+	return append(b, addr...)
+}
+
+// cmdReader decodes the fields of a command.
+type cmdReader struct {
+	b   []byte
+	err error
+}
+
+func (r *cmdReader) uvarint() uint64 {
+	if r.err != nil {
+		return 0
+	}
+	v, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		r.err = errBadCommand
+		return 0
+	}
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *cmdReader) bytes() []byte {
+	n := r.uvarint()
+	if r.err != nil {
+		return nil
+	}
+	if n > uint64(len(r.b)) {
+		r.err = errBadCommand
+		return nil
+	}
+	v := r.b[:n]
+	r.b = r.b[n:]
+	return v
+}
+
+func (r *cmdReader) end() error {
+	if r.err == nil && len(r.b) != 0 {
+		r.err = errBadCommand
+	}
+	return r.err
+}
+
+// decodeRecordCmd decodes a record entry's data (kind byte included).
+func decodeRecordCmd(data []byte) (recordCmd, error) {
+	if len(data) == 0 || data[0] != kindRecord {
+		return recordCmd{}, errBadCommand
+	}
+	r := cmdReader{b: data[1:]}
+	var c recordCmd
+	c.client = string(r.bytes())
+	if c.client != "" {
+		c.seq, c.i, c.n = r.uvarint(), r.uvarint(), r.uvarint()
+		if r.err == nil && (c.seq == 0 || c.n == 0 || c.i >= c.n) {
+			r.err = fmt.Errorf("%w: record %d of %d, sequence %d", errBadCommand, c.i, c.n, c.seq)
+		}
+	}
+	if r.err != nil {
+		return recordCmd{}, r.err
+	}
+	c.payload = r.b
+	return c, nil
+}
+
+// recordPayload returns the payload of a record entry without copying.
+func recordPayload(data []byte) ([]byte, bool) {
+	c, err := decodeRecordCmd(data)
+	if err != nil {
+		return nil, false
+	}
+	return c.payload, true
+}
+
+func decodeTrimCmd(data []byte) (uint64, error) {
+	r := cmdReader{b: data[1:]}
+	below := r.uvarint()
+	return below, r.end()
+}
+
+func decodeMemberCmd(data []byte) (id, addr string, err error) {
+	r := cmdReader{b: data[1:]}
+	id, addr = string(r.bytes()), string(r.bytes())
+	return id, addr, r.end()
+}

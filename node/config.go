@@ -1,0 +1,194 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/raftlog/raftlog/transport"
+)
+
+// FlushMode says when a node's log writes are durable.
+type FlushMode string
+
+const (
+	// FlushSync (the default) makes every entry durable before raft counts
+	// it: an acknowledged append survives power loss on a majority.
+	FlushSync FlushMode = "sync"
+	// FlushAsync writes entries to the page cache and syncs them in the
+	// background (every 500 ms, at least every 10 s). UNSAFE on power loss
+	// or an operating-system crash, which can lose acknowledged appends on
+	// every node at once; a crash of the node process loses nothing.
+	FlushAsync FlushMode = "async"
+)
+
+// Peer is a member of the initial cluster.
+type Peer struct {
+	// ID is the member's node id.
+	ID string
+	// RaftAddr is the member's raft address, host:port.
+	RaftAddr string
+}
+
+// ParsePeers parses "id=host:port,id=host:port" (raft addresses).
+func ParsePeers(s string) ([]Peer, error) {
+	var peers []Peer
+	seen := map[string]bool{}
+	for _, part := range strings.Split(s, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		id, addr, ok := strings.Cut(part, "=")
+		if !ok || id == "" {
+			return nil, fmt.Errorf("peer %q: want id=host:port", part)
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return nil, fmt.Errorf("peer %q: %v", part, err)
+		}
+		if seen[id] {
+			return nil, fmt.Errorf("peer id %q given twice", id)
+		}
+		seen[id] = true
+		peers = append(peers, Peer{ID: id, RaftAddr: addr})
+	}
+	if len(peers) == 0 {
+		return nil, errors.New("no peers given")
+	}
+	return peers, nil
+}
+
+// Config configures a node. ID, DataDir, RaftAddr and ClientAddr are
+// required; so is one of Bootstrap and Join on a node's first start.
+type Config struct {
+	// ID is the node's raft server id, unique in the cluster.
+	ID string
+	// DataDir holds the node's log, stable state and snapshots.
+	DataDir string
+	// RaftAddr is the address raft listens on; port 0 picks one.
+	RaftAddr string
+	// RaftAdvertise is the raft address other nodes dial, when it differs
+	// from RaftAddr (for example RaftAddr 0.0.0.0:7000).
+	RaftAdvertise string
+	// ClientAddr is the address the client protocol listens on; port 0
+	// picks one.
+	ClientAddr string
+	// ClientAdvertise is the client address given to clients, when it
+	// differs from ClientAddr.
+	ClientAdvertise string
+	// AdminAddr is the HTTP address of /status, /health and /ready; empty
+	// disables it.
+	AdminAddr string
+
+	// Bootstrap lists the members of a new cluster, this node included.
+	// It is used only when the data dir holds no raft state; every initial
+	// member must be given the same list.
+	Bootstrap []Peer
+	// Join is the client address of a member of a running cluster to join
+	// through, used when the data dir holds no raft state.
+	Join []string
+
+	// Flush is FlushSync (default) or FlushAsync.
+	Flush FlushMode
+	// RetentionBytes, when positive, trims the oldest records once the
+	// retained log exceeds it.
+	RetentionBytes int64
+	// RetentionAge, when positive, trims records older than it.
+	RetentionAge time.Duration
+	// RetentionCheck is how often the leader checks retention; default 10 s.
+	RetentionCheck time.Duration
+	// SegmentSize is the commit-log segment size; default 64 MiB.
+	SegmentSize int64
+
+	// Limits bound what clients may ask; zero fields mean the transport
+	// defaults.
+	Limits transport.Limits
+	// MaxConns bounds client connections; default 1024.
+	MaxConns int
+
+	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune raft;
+	// defaults 500 ms, 500 ms and 250 ms.
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	// SnapshotThreshold is how many entries since the last snapshot make
+	// raft take one; default 16384. Snapshots are small: the log is not
+	// copied.
+	SnapshotThreshold uint64
+
+	// Logger receives the node's and raft's logs; default hclog to stderr
+	// at info level.
+	Logger hclog.Logger
+}
+
+func (c *Config) withDefaults() (Config, error) {
+	o := *c
+	switch {
+	case o.ID == "":
+		return o, errors.New("node: no node id")
+	case len(o.ID) > transport.MaxIDLength:
+		return o, fmt.Errorf("node: node id longer than %d bytes", transport.MaxIDLength)
+	case o.DataDir == "":
+		return o, errors.New("node: no data dir")
+	case o.RaftAddr == "":
+		return o, errors.New("node: no raft address")
+	case o.ClientAddr == "":
+		return o, errors.New("node: no client address")
+	case len(o.Bootstrap) > 0 && len(o.Join) > 0:
+		return o, errors.New("node: give either bootstrap peers or a join address, not both")
+	case o.RetentionBytes < 0 || o.RetentionAge < 0:
+		return o, errors.New("node: negative retention")
+	}
+	if len(o.Bootstrap) > 0 {
+		self := false
+		for _, p := range o.Bootstrap {
+			self = self || p.ID == o.ID
+		}
+		if !self {
+			return o, fmt.Errorf("node: bootstrap peers do not include this node (%s)", o.ID)
+		}
+	}
+	switch o.Flush {
+	case "":
+		o.Flush = FlushSync
+	case FlushSync, FlushAsync:
+	default:
+		return o, fmt.Errorf("node: flush mode %q: want sync or async", o.Flush)
+	}
+	if _, err := o.Limits.WithDefaults(); err != nil {
+		return o, fmt.Errorf("node: %w", err)
+	}
+	if o.RetentionCheck <= 0 {
+		o.RetentionCheck = 10 * time.Second
+	}
+	if o.MaxConns <= 0 {
+		o.MaxConns = 1024
+	}
+	if o.HeartbeatTimeout <= 0 {
+		o.HeartbeatTimeout = 500 * time.Millisecond
+	}
+	if o.ElectionTimeout <= 0 {
+		o.ElectionTimeout = 500 * time.Millisecond
+	}
+	if o.LeaderLeaseTimeout <= 0 {
+		o.LeaderLeaseTimeout = min(250*time.Millisecond, o.HeartbeatTimeout)
+	}
+	if o.SnapshotThreshold == 0 {
+		o.SnapshotThreshold = 16384
+	}
+	if o.Logger == nil {
+		o.Logger = hclog.New(&hclog.LoggerOptions{Name: "node", Level: hclog.Info})
+	}
+	o.Logger = o.Logger.With("node", o.ID)
+	return o, nil
+}
+
+// discardLogger is a logger that drops everything, for tests and tools.
+func discardLogger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
+}

@@ -1,0 +1,41 @@
+// Package node runs a raftlog server: one member of a Raft cluster that
+// replicates an append-only log of records. cmd/node is a thin wrapper
+// around it; tests start nodes in-process with Start.
+//
+// # The log is the state
+//
+// A record's position is its raft index. Each appended record is one raft
+// entry, stored once, in the commit log (package raftstore). The state
+// machine keeps only small state: the first retained index, a byte ledger,
+// client sessions for duplicate suppression and the members' client
+// addresses (fsm.go). Raft never compacts its log; retention (by bytes or
+// age, Config.RetentionBytes and RetentionAge) and the Trim operation are
+// replicated decisions that raise the first retained index on every node,
+// after which a snapshot lets each node delete the entries below it.
+// Snapshots hold the state only; when raft sends one to a follower that is
+// behind the first retained index (a node that joined late or lost its
+// data dir), the stream carries the retained records, read from the commit
+// log as it is sent (snapshot.go).
+//
+// # Guarantees
+//
+// Durability: with FlushSync (the default) an Append is acknowledged only
+// after its records are committed, that is durable on a majority of nodes.
+// With FlushAsync it is acknowledged once a majority hold it in the page
+// cache: a crash of node processes loses nothing acknowledged, a power
+// loss of a majority can.
+//
+// Exactly once: an Append tagged with a client id and sequence number is
+// stored once however often it is retried, across leader changes, as long
+// as the client keeps fewer than 1,024 appends in flight (the session
+// window); a retry is answered with the original indexes.
+//
+// Reads: a Read or Tail is linearizable unless it asks for a stale read:
+// the leader confirms its leadership with a quorum (read index) and waits
+// until it has applied everything committed before the read began. A stale
+// read is served by any node from what it has applied.
+//
+// Concurrency: a Node serves any number of client connections, each
+// pipelining requests (package transport); Close may be called from any
+// goroutine and waits for every request to finish.
+package node

@@ -1,0 +1,408 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/transport"
+)
+
+// enqueueTimeout bounds how long an operation waits to enter raft's queue.
+const enqueueTimeout = 5 * time.Second
+
+// handler serves the client protocol (transport.Handler).
+type handler struct{ n *Node }
+
+// Handle implements transport.Handler.
+func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, error) {
+	n := h.n
+	switch r := req.(type) {
+	case *transport.AppendRequest:
+		return n.appendRecords(ctx, r)
+	case *transport.ReadRequest:
+		return n.read(ctx, r)
+	case *transport.StatusRequest:
+		s := n.Status()
+		return &s, nil
+	case *transport.JoinRequest:
+		return n.join(ctx, r)
+	case *transport.RemoveRequest:
+		return n.remove(ctx, r)
+	case *transport.TransferLeadershipRequest:
+		return n.transfer(ctx, r)
+	case *transport.TrimRequest:
+		return n.trim(ctx, r)
+	}
+	return nil, &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
+}
+
+// Stream implements transport.Handler.
+func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *transport.ServerStream) error {
+	if r, ok := req.(*transport.TailRequest); ok {
+		return h.n.tail(ctx, r, s)
+	}
+	return &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
+}
+
+// notLeader is the error for a request only the leader serves.
+func (n *Node) notLeader() *transport.Error {
+	_, id := n.raft.LeaderWithID()
+	e := &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s is not the leader", n.cfg.ID), LeaderID: string(id)}
+	if id != "" {
+		e.LeaderAddr = n.fsm.member(string(id))
+	}
+	return e
+}
+
+// raftError turns an error of raft into the one a client sees.
+func (n *Node) raftError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, raft.ErrNotLeader):
+		return n.notLeader()
+	case errors.Is(err, raft.ErrLeadershipLost):
+		return &transport.Error{Code: transport.CodeTimeout, Message: "leadership lost before the entry committed; it may or may not be stored"}
+	case errors.Is(err, raft.ErrRaftShutdown):
+		return &transport.Error{Code: transport.CodeUnavailable, Message: "node is shutting down"}
+	case errors.Is(err, raft.ErrEnqueueTimeout):
+		return &transport.Error{Code: transport.CodeUnavailable, Message: "raft is overloaded: " + err.Error()}
+	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
+		return &transport.Error{Code: transport.CodeUnavailable, Message: "leadership transfer in progress"}
+	case errors.Is(err, raft.ErrAbortedByRestore), errors.Is(err, raft.ErrNothingNewToSnapshot):
+		return &transport.Error{Code: transport.CodeUnavailable, Message: err.Error()}
+	}
+	return fmt.Errorf("node: raft: %w", err)
+}
+
+// leading waits until the node leads and its stint is ready, and returns
+// the stint; NotLeader when it does not lead.
+func (n *Node) leading(ctx context.Context) (*leaderStint, error) {
+	n.lmu.Lock()
+	s := n.stint
+	n.lmu.Unlock()
+	if s == nil {
+		return nil, n.notLeader()
+	}
+	select {
+	case <-s.ready:
+		return s, nil
+	case <-s.done:
+		return nil, n.notLeader()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*transport.AppendResponse, error) {
+	if _, err := n.leading(ctx); err != nil {
+		return nil, err
+	}
+	if r.ClientID != "" {
+		if idx, ok := n.fsm.lookup(r.ClientID, r.Seq); ok {
+			return &transport.AppendResponse{Indexes: idx, Duplicate: true}, nil
+		}
+	}
+	futures := make([]raft.ApplyFuture, len(r.Records))
+	total := uint64(len(r.Records))
+	for i, rec := range r.Records {
+		data := appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+32), r.ClientID, r.Seq, uint64(i), total, rec)
+		futures[i] = n.raft.Apply(data, enqueueTimeout)
+	}
+	var (
+		firstErr error
+		resp     = &transport.AppendResponse{}
+		results  = make([]appendResult, len(futures))
+	)
+	for i, f := range futures {
+		if err := f.Error(); err != nil {
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
+		}
+		res, ok := f.Response().(appendResult)
+		if !ok {
+			return nil, fmt.Errorf("node: unexpected apply result %T", f.Response())
+		}
+		results[i] = res
+		resp.Duplicate = resp.Duplicate || res.dup
+		if res.err != nil && errors.Is(res.err, errSessionExpired) {
+			return nil, &transport.Error{Code: transport.CodeBadRequest, Message: res.err.Error()}
+		}
+	}
+	if firstErr != nil {
+		// Some entries may be stored: with a client id, a retry stores the
+		// rest exactly once.
+		return nil, n.raftError(firstErr)
+	}
+	if r.ClientID == "" {
+		for _, res := range results {
+			resp.Indexes = append(resp.Indexes, res.indexes...)
+		}
+		return resp, nil
+	}
+	if last := results[len(results)-1]; last.indexes != nil {
+		resp.Indexes = last.indexes
+		return resp, nil
+	}
+	if idx, ok := n.fsm.lookup(r.ClientID, r.Seq); ok {
+		resp.Indexes = idx
+		return resp, nil
+	}
+	return nil, &transport.Error{Code: transport.CodeUnavailable, Message: "append interleaved with an earlier attempt of the same sequence number; retry it"}
+}
+
+// linearize makes a read linearizable (read index): it takes the commit
+// index, confirms with a quorum that the node still leads, and waits until
+// the state machine has applied up to that index.
+func (n *Node) linearize(ctx context.Context) (*leaderStint, error) {
+	s, err := n.leading(ctx)
+	if err != nil {
+		return nil, err
+	}
+	ci := n.raft.CommitIndex()
+	if err := n.raft.VerifyLeader().Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	for {
+		applied, wake := n.fsm.appliedCh()
+		if applied >= ci {
+			return s, nil
+		}
+		select {
+		case <-wake:
+		case <-s.done:
+			return nil, n.notLeader()
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+func (n *Node) read(ctx context.Context, r *transport.ReadRequest) (*transport.ReadResponse, error) {
+	if !r.Stale {
+		if _, err := n.linearize(ctx); err != nil {
+			return nil, err
+		}
+	}
+	recs, next, err := n.readRecords(r.From, n.fsm.applied.Load(), int(r.MaxRecords), int(r.MaxBytes))
+	if err != nil {
+		return nil, err
+	}
+	return &transport.ReadResponse{Records: recs, Next: next}, nil
+}
+
+// readRecords reads the records in [from, upTo], at most maxRecords and
+// (beyond the first) maxBytes of data, skipping raft's own entries, control
+// commands and void entries. It returns the index to continue from.
+func (n *Node) readRecords(from, upTo uint64, maxRecords, maxBytes int) ([]transport.Record, uint64, error) {
+	rv := n.fsm.readView()
+	if from == 0 {
+		from = rv.floor
+	}
+	if from < rv.floor {
+		return nil, from, &transport.Error{Code: transport.CodeTrimmed, Message: fmt.Sprintf("index %d is trimmed; the first retained index is %d", from, rv.floor)}
+	}
+	var (
+		recs  []transport.Record
+		bytes int
+		l     raft.Log
+		idx   = from
+	)
+	for ; idx <= upTo && len(recs) < maxRecords; idx++ {
+		if err := n.view.getLog(idx, &l); err != nil {
+			if floor := n.fsm.readView().floor; floor > idx {
+				if len(recs) > 0 {
+					break // return what was read; the next read reports the trim
+				}
+				return nil, idx, &transport.Error{Code: transport.CodeTrimmed, Message: fmt.Sprintf("index %d was trimmed while being read; the first retained index is %d", idx, floor)}
+			}
+			if errors.Is(err, raft.ErrLogNotFound) {
+				return nil, idx, &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf("node %s does not hold index %d yet", n.cfg.ID, idx)}
+			}
+			return nil, idx, fmt.Errorf("node: read index %d: %w", idx, err)
+		}
+		if l.Type != raft.LogCommand || rv.void(idx) {
+			continue
+		}
+		payload, ok := recordPayload(l.Data)
+		if !ok {
+			continue
+		}
+		if len(recs) > 0 && bytes+len(payload) > maxBytes {
+			break
+		}
+		recs = append(recs, transport.Record{Index: idx, Data: payload, AppendedAt: l.AppendedAt.UnixNano()})
+		bytes += len(payload)
+	}
+	return recs, idx, nil
+}
+
+func (n *Node) tail(ctx context.Context, r *transport.TailRequest, st *transport.ServerStream) error {
+	var done <-chan struct{}
+	if !r.Stale {
+		s, err := n.linearize(ctx)
+		if err != nil {
+			return err
+		}
+		done = s.done
+	}
+	next := r.From
+	for {
+		applied, wake := n.fsm.appliedCh()
+		recs, nx, err := n.readRecords(next, applied, int(r.MaxRecords), int(r.MaxBytes))
+		if err != nil {
+			return err
+		}
+		next = nx
+		if len(recs) > 0 {
+			if err := st.Send(&transport.TailItem{Records: recs, Next: nx}); err != nil {
+				return err
+			}
+			continue
+		}
+		select {
+		case <-wake:
+		case <-done:
+			return n.notLeader()
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.JoinResponse, error) {
+	if _, err := n.leading(ctx); err != nil {
+		return nil, err
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	member := false
+	for _, s := range cf.Configuration().Servers {
+		if string(s.ID) == r.NodeID && string(s.Address) == r.RaftAddr && s.Suffrage == raft.Voter {
+			member = true
+		}
+	}
+	resp := &transport.JoinResponse{}
+	if !member {
+		f := n.raft.AddVoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
+		if err := f.Error(); err != nil {
+			return nil, n.raftError(err)
+		}
+		resp.Index = f.Index()
+		n.cfg.Logger.Info("added voter", "id", r.NodeID, "raft", r.RaftAddr, "client", r.ClientAddr)
+	}
+	if n.fsm.member(r.NodeID) != r.ClientAddr {
+		f := n.raft.Apply(encodeMemberCmd(r.NodeID, r.ClientAddr), enqueueTimeout)
+		if err := f.Error(); err != nil {
+			return nil, n.raftError(err)
+		}
+		resp.Index = f.Index()
+	}
+	return resp, nil
+}
+
+func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transport.RemoveResponse, error) {
+	if _, err := n.leading(ctx); err != nil {
+		return nil, err
+	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	found := false
+	for _, s := range cf.Configuration().Servers {
+		found = found || string(s.ID) == r.NodeID
+	}
+	if !found {
+		return nil, &transport.Error{Code: transport.CodeNotFound, Message: fmt.Sprintf("node %q is not a member", r.NodeID)}
+	}
+	// Forget the client address first: once removed, a node leading no
+	// more could not record it.
+	if err := n.raft.Apply(encodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	f := n.raft.RemoveServer(raft.ServerID(r.NodeID), 0, enqueueTimeout)
+	if err := f.Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	n.cfg.Logger.Info("removed server", "id", r.NodeID)
+	return &transport.RemoveResponse{Index: f.Index()}, nil
+}
+
+func (n *Node) transfer(ctx context.Context, r *transport.TransferLeadershipRequest) (*transport.TransferLeadershipResponse, error) {
+	if _, err := n.leading(ctx); err != nil {
+		return nil, err
+	}
+	var f raft.Future
+	if r.Target == "" {
+		f = n.raft.LeadershipTransfer()
+	} else {
+		cf := n.raft.GetConfiguration()
+		if err := cf.Error(); err != nil {
+			return nil, n.raftError(err)
+		}
+		for _, s := range cf.Configuration().Servers {
+			if string(s.ID) == r.Target && s.Suffrage == raft.Voter {
+				f = n.raft.LeadershipTransferToServer(s.ID, s.Address)
+			}
+		}
+		if f == nil {
+			return nil, &transport.Error{Code: transport.CodeNotFound, Message: fmt.Sprintf("node %q is not a voter", r.Target)}
+		}
+	}
+	if err := f.Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	return &transport.TransferLeadershipResponse{}, nil
+}
+
+func (n *Node) trim(ctx context.Context, r *transport.TrimRequest) (*transport.TrimResponse, error) {
+	if _, err := n.leading(ctx); err != nil {
+		return nil, err
+	}
+	if last := n.raft.LastIndex(); r.Below > last+1 {
+		return nil, &transport.Error{Code: transport.CodeBadRequest, Message: fmt.Sprintf("trim below %d is past the end of the log (last index %d)", r.Below, last)}
+	}
+	f := n.raft.Apply(encodeTrimCmd(r.Below), enqueueTimeout)
+	if err := f.Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	return &transport.TrimResponse{Index: f.Index()}, nil
+}
+
+// Status describes the node.
+func (n *Node) Status() transport.StatusResponse {
+	_, leader := n.raft.LeaderWithID()
+	st := n.db.Stats()
+	s := transport.StatusResponse{
+		NodeID:       n.cfg.ID,
+		Role:         n.raft.State().String(),
+		LeaderID:     string(leader),
+		Term:         n.raft.CurrentTerm(),
+		FirstIndex:   n.fsm.readView().floor,
+		LastIndex:    n.raft.LastIndex(),
+		CommitIndex:  n.raft.CommitIndex(),
+		AppliedIndex: n.fsm.applied.Load(),
+		Store: transport.StoreStatus{
+			Segments: uint64(st.Segments),
+			Bytes:    uint64(max(st.Bytes, 0)),
+			Written:  uint64(max(st.Written, 0)),
+			Flushed:  uint64(max(st.Durable, 0)),
+		},
+	}
+	if leader != "" {
+		s.LeaderAddr = n.fsm.member(string(leader))
+	}
+	if s.LastIndex == 0 {
+		s.FirstIndex = 0
+	}
+	return s
+}

@@ -1,0 +1,157 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/raftlog/raftlog/transport"
+)
+
+// testCluster is an in-process cluster on loopback.
+type testCluster struct {
+	t     *testing.T
+	dir   string
+	nodes map[string]*Node
+	cfg   func(*Config)
+	addrs map[string][2]string // id -> raft and client address, reused on restart
+}
+
+// testLogger writes node logs to the test log at warn level, or at the
+// level in RAFTLOG_TEST_LOG.
+func testLogger(t *testing.T) hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Helper()
+	w.t.Log(string(p))
+	return len(p), nil
+}
+
+func testConfig(t *testing.T, dir, id string) Config {
+	return Config{
+		ID:         id,
+		DataDir:    filepath.Join(dir, id),
+		RaftAddr:   "127.0.0.1:0",
+		ClientAddr: "127.0.0.1:0",
+		Logger:     testLogger(t),
+	}
+}
+
+// newTestCluster starts n nodes: the first bootstraps alone, the others
+// join through it.
+func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
+	t.Helper()
+	c := &testCluster{t: t, dir: t.TempDir(), nodes: map[string]*Node{}, cfg: tweak, addrs: map[string][2]string{}}
+	t.Cleanup(c.closeAll)
+	first := c.start("n1", func(cfg *Config) { cfg.Bootstrap = []Peer{{ID: "n1", RaftAddr: "127.0.0.1:0"}} })
+	c.waitLeader()
+	for i := 2; i <= n; i++ {
+		c.start(fmt.Sprintf("n%d", i), func(cfg *Config) { cfg.Join = []string{first.ClientAddr()} })
+	}
+	return c
+}
+
+// start starts (or restarts) node id with the cluster's config.
+func (c *testCluster) start(id string, tweak func(*Config)) *Node {
+	c.t.Helper()
+	cfg := testConfig(c.t, c.dir, id)
+	if a, ok := c.addrs[id]; ok {
+		cfg.RaftAddr, cfg.ClientAddr = a[0], a[1]
+	}
+	if c.cfg != nil {
+		c.cfg(&cfg)
+	}
+	if tweak != nil {
+		tweak(&cfg)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		c.t.Fatalf("start %s: %v", id, err)
+	}
+	c.nodes[id] = n
+	c.addrs[id] = [2]string{n.RaftAddr(), n.ClientAddr()}
+	return n
+}
+
+func (c *testCluster) stop(id string) {
+	c.t.Helper()
+	if err := c.nodes[id].Close(); err != nil {
+		c.t.Errorf("close %s: %v", id, err)
+	}
+	delete(c.nodes, id)
+}
+
+func (c *testCluster) closeAll() {
+	for id, n := range c.nodes {
+		if err := n.Close(); err != nil {
+			c.t.Errorf("close %s: %v", id, err)
+		}
+	}
+}
+
+// waitLeader waits for a node that leads and is ready.
+func (c *testCluster) waitLeader() *Node {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		for _, n := range c.nodes {
+			if n.IsLeader() {
+				return n
+			}
+		}
+		waitApplied(c.t, c.nodes, 50*time.Millisecond)
+	}
+	c.t.Fatal("no leader within 20s")
+	return nil
+}
+
+// waitApplied waits until some node's applied index moves or d passes:
+// polling without sleeping blindly.
+func waitApplied(t *testing.T, nodes map[string]*Node, d time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for _, n := range nodes {
+		_, ch := n.fsm.appliedCh()
+		select {
+		case <-ch:
+			return
+		case <-timer.C:
+			return
+		default:
+		}
+	}
+	<-timer.C
+}
+
+// dial opens a protocol connection to a node.
+func dial(t *testing.T, n *Node) *transport.Conn {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	c, err := transport.Dial(ctx, n.ClientAddr(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func call[Resp any](t *testing.T, c *transport.Conn, op transport.Op, req any) (*Resp, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var resp Resp
+	err := c.Call(ctx, op, req, &resp)
+	return &resp, err
+}

@@ -1,0 +1,549 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/raftstore"
+	"github.com/raftlog/raftlog/transport"
+)
+
+// Groups of the node's raftstore DB.
+const (
+	liveGroup    = 1 // raft's log and stable state
+	archiveGroup = 2 // retained entries below raft's log (logview.go)
+)
+
+// Node is one running member of a raftlog cluster.
+type Node struct {
+	cfg  Config
+	db   *raftstore.DB
+	view *logView
+	fsm  *fsm
+	snap *snapStore
+	raft *raft.Raft
+	tr   *raft.NetworkTransport
+
+	clientLn   net.Listener
+	clientAddr string // advertised
+	adminLn    net.Listener
+	admin      *http.Server
+
+	ctx    context.Context // cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	conns  chan struct{} // one token per open client connection
+
+	lmu   sync.Mutex
+	stint *leaderStint // nil when not leader
+
+	snapReq chan struct{}
+
+	closeOnce sync.Once
+	closeErr  error
+}
+
+// leaderStint is one period of leadership.
+type leaderStint struct {
+	ready chan struct{} // closed once the stint's barrier is applied
+	done  chan struct{} // closed when the stint ends
+	ctx   context.Context
+	stop  context.CancelFunc
+}
+
+// Start opens the node's data dir, starts raft and the listeners, and
+// bootstraps or joins a cluster when the data dir is new. With Join it
+// returns once the cluster has added the node, or ctx ends.
+func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+	c, err := cfg.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+		return nil, fmt.Errorf("node: create data dir: %w", err)
+	}
+	n = &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns)}
+	n.ctx, n.cancel = context.WithCancel(context.Background())
+	defer func() {
+		if err != nil {
+			n.Close()
+			n = nil
+		}
+	}()
+	flush := raftstore.SyncFlush
+	if c.Flush == FlushAsync {
+		flush = raftstore.AsyncFlush
+	}
+	n.db, err = raftstore.OpenDB(filepath.Join(c.DataDir, "store"), &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize})
+	if err != nil {
+		return nil, err
+	}
+	n.view = &logView{}
+	if n.view.live, err = n.db.Store(liveGroup); err != nil {
+		return nil, err
+	}
+	if n.view.archive, err = n.db.Store(archiveGroup); err != nil {
+		return nil, err
+	}
+	n.fsm = newFSM(n.view, c.Logger.Named("fsm"))
+	n.fsm.onTrim = func(uint64) { n.requestSnapshot() }
+	if n.snap, err = newSnapStore(filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
+		return nil, err
+	}
+	n.snap.installed = func(floor, index uint64) {
+		if err := n.view.deleteBelow(floor, index); err != nil {
+			c.Logger.Error("deleting trimmed entries", "floor", floor, "error", err)
+		}
+	}
+
+	if err := n.startRaft(); err != nil {
+		return nil, err
+	}
+	if err := n.listen(); err != nil {
+		return nil, err
+	}
+	n.wg.Add(3)
+	go n.watchLeadership()
+	go n.snapshotLoop()
+	go n.registerLoop()
+	if len(c.Join) > 0 {
+		if err := n.joinCluster(ctx); err != nil {
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+func (n *Node) startRaft() error {
+	c := n.cfg
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.ID)
+	rc.Logger = c.Logger.Named("raft")
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = 10 * time.Second
+	// Raft never compacts its log: the log is the data, and trims decide
+	// what goes (fsm.go, logview.go).
+	rc.TrailingLogs = math.MaxUint64
+	rc.MaxAppendEntries = 256
+	rc.BatchApplyCh = true
+
+	var advertise net.Addr
+	if c.RaftAdvertise != "" {
+		a, err := net.ResolveTCPAddr("tcp", c.RaftAdvertise)
+		if err != nil {
+			return fmt.Errorf("node: raft advertise address: %w", err)
+		}
+		advertise = a
+	}
+	tr, err := raft.NewTCPTransportWithLogger(c.RaftAddr, advertise, 4, 10*time.Second, c.Logger.Named("transport"))
+	if err != nil {
+		return fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
+	}
+	n.tr = tr
+	existing, err := raft.HasExistingState(n.view.live, n.view.live, n.snap)
+	if err != nil {
+		return err
+	}
+	if n.raft, err = raft.NewRaft(rc, n.fsm, n.view.live, n.view.live, n.snap, tr); err != nil {
+		return fmt.Errorf("node: start raft: %w", err)
+	}
+	if !existing && len(c.Bootstrap) > 0 {
+		var conf raft.Configuration
+		for _, p := range c.Bootstrap {
+			addr := raft.ServerAddress(p.RaftAddr)
+			if p.ID == c.ID {
+				addr = tr.LocalAddr()
+			}
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: addr})
+		}
+		if err := n.raft.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+			return fmt.Errorf("node: bootstrap: %w", err)
+		}
+	}
+	return nil
+}
+
+func (n *Node) listen() error {
+	c := n.cfg
+	ln, err := net.Listen("tcp", c.ClientAddr)
+	if err != nil {
+		return fmt.Errorf("node: client listener: %w", err)
+	}
+	n.clientLn = ln
+	n.clientAddr = ln.Addr().String()
+	if c.ClientAdvertise != "" {
+		n.clientAddr = c.ClientAdvertise
+	}
+	n.wg.Add(1)
+	go n.acceptLoop()
+	if c.AdminAddr != "" {
+		if n.adminLn, err = net.Listen("tcp", c.AdminAddr); err != nil {
+			return fmt.Errorf("node: admin listener: %w", err)
+		}
+		n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if err := n.admin.Serve(n.adminLn); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				n.cfg.Logger.Error("admin server", "error", err)
+			}
+		}()
+	}
+	return nil
+}
+
+func (n *Node) acceptLoop() {
+	defer n.wg.Done()
+	h := &handler{n: n}
+	for {
+		nc, err := n.clientLn.Accept()
+		if err != nil {
+			if n.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
+				n.cfg.Logger.Error("client listener", "error", err)
+			}
+			return
+		}
+		select {
+		case n.conns <- struct{}{}:
+		default:
+			n.cfg.Logger.Warn("refusing client connection: too many open", "remote", nc.RemoteAddr(), "limit", n.cfg.MaxConns)
+			nc.Close()
+			continue
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			defer func() { <-n.conns }()
+			if err := transport.Serve(n.ctx, nc, h, n.cfg.Limits); err != nil {
+				n.cfg.Logger.Debug("client connection ended", "remote", nc.RemoteAddr(), "error", err)
+			}
+		}()
+	}
+}
+
+// watchLeadership starts and ends leader stints as raft reports them.
+func (n *Node) watchLeadership() {
+	defer n.wg.Done()
+	ch := n.raft.LeaderCh()
+	for {
+		select {
+		case <-n.ctx.Done():
+			n.endStint()
+			return
+		case leader := <-ch:
+			n.endStint()
+			if leader {
+				n.beginStint()
+			}
+		}
+	}
+}
+
+func (n *Node) beginStint() {
+	s := &leaderStint{ready: make(chan struct{}), done: make(chan struct{})}
+	s.ctx, s.stop = context.WithCancel(n.ctx)
+	n.lmu.Lock()
+	n.stint = s
+	n.lmu.Unlock()
+	n.wg.Add(1)
+	go n.lead(s)
+}
+
+func (n *Node) endStint() {
+	n.lmu.Lock()
+	s := n.stint
+	n.stint = nil
+	n.lmu.Unlock()
+	if s != nil {
+		s.stop()
+		close(s.done)
+	}
+}
+
+// lead runs while the node leads. It first commits an entry of its own
+// term (recording the node's client address), so that the state machine
+// holds every entry of earlier terms before reads are served: reads wait
+// for the stint to be ready. Then it enforces retention.
+func (n *Node) lead(s *leaderStint) {
+	defer n.wg.Done()
+	for {
+		err := n.raft.Apply(encodeMemberCmd(n.cfg.ID, n.clientAddr), n.cfg.ElectionTimeout*4).Error()
+		if err == nil {
+			break
+		}
+		if s.ctx.Err() != nil || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
+			return
+		}
+		if !errors.Is(err, raft.ErrLeadershipTransferInProgress) {
+			n.cfg.Logger.Warn("leader's first entry", "error", err)
+		}
+		t := time.NewTimer(n.cfg.HeartbeatTimeout / 10)
+		select {
+		case <-s.ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
+	close(s.ready)
+	n.cfg.Logger.Info("leading", "term", n.raft.CurrentTerm())
+	if n.cfg.RetentionBytes <= 0 && n.cfg.RetentionAge <= 0 {
+		return
+	}
+	t := time.NewTicker(n.cfg.RetentionCheck)
+	defer t.Stop()
+	for {
+		n.enforceRetention()
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// enforceRetention proposes a trim when the log exceeds the retention
+// limits. Trims fall on ledger marks, so up to markEvery records more than
+// the limits allow may stay.
+func (n *Node) enforceRetention() {
+	below := n.fsm.retentionByBytes(uint64(max(n.cfg.RetentionBytes, 0)))
+	if n.cfg.RetentionAge > 0 {
+		cutoff := time.Now().Add(-n.cfg.RetentionAge)
+		marks := n.fsm.marksCopy()
+		var l raft.Log
+		// The last mark whose entry is older than the cutoff.
+		lo, hi := 0, len(marks)
+		for lo < hi {
+			mid := (lo + hi) / 2
+			if err := n.view.getLog(marks[mid].index, &l); err == nil && l.AppendedAt.Before(cutoff) {
+				lo = mid + 1
+			} else {
+				hi = mid
+			}
+		}
+		if lo > 0 {
+			below = max(below, marks[lo-1].index)
+		}
+	}
+	if below <= n.fsm.readView().floor {
+		return
+	}
+	n.cfg.Logger.Info("retention: trimming", "below", below)
+	if err := n.raft.Apply(encodeTrimCmd(below), 0).Error(); err != nil {
+		n.cfg.Logger.Warn("retention trim", "error", err)
+	}
+}
+
+// requestSnapshot asks snapshotLoop for a snapshot, which deletes trimmed
+// entries once durable.
+func (n *Node) requestSnapshot() {
+	select {
+	case n.snapReq <- struct{}{}:
+	default:
+	}
+}
+
+func (n *Node) snapshotLoop() {
+	defer n.wg.Done()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-n.snapReq:
+		}
+		err := n.raft.Snapshot().Error()
+		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && n.ctx.Err() == nil {
+			n.cfg.Logger.Warn("snapshot after trim", "error", err)
+		}
+	}
+}
+
+// registerLoop makes sure the member table holds this node's client
+// address, asking the leader to record it (a Join of a node already a
+// member only records its address).
+func (n *Node) registerLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.fsm.member(n.cfg.ID) == n.clientAddr || n.raft.State() == raft.Leader {
+			continue
+		}
+		_, id := n.raft.LeaderWithID()
+		if addr := n.fsm.member(string(id)); addr != "" {
+			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+			err := n.callJoin(ctx, addr)
+			cancel()
+			if err != nil {
+				n.cfg.Logger.Debug("registering client address", "error", err)
+			}
+		}
+	}
+}
+
+// joinRequest describes this node for a Join.
+func (n *Node) joinRequest() *transport.JoinRequest {
+	return &transport.JoinRequest{NodeID: n.cfg.ID, RaftAddr: string(n.tr.LocalAddr()), ClientAddr: n.clientAddr}
+}
+
+func (n *Node) callJoin(ctx context.Context, addr string) error {
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return err
+	}
+	conn, err := transport.NewConn(nc, nil)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Call(ctx, transport.OpJoin, n.joinRequest(), &transport.JoinResponse{})
+}
+
+// joinCluster asks the members in cfg.Join to add this node, following
+// NotLeader answers, until one does or ctx ends. A node that already has
+// raft state is a member already.
+func (n *Node) joinCluster(ctx context.Context) error {
+	if n.raft.LastIndex() > 0 {
+		return nil
+	}
+	addrs := append([]string(nil), n.cfg.Join...)
+	backoff := 50 * time.Millisecond
+	var last error
+	for attempt := 0; ; attempt++ {
+		addr := addrs[attempt%len(addrs)]
+		err := n.callJoin(ctx, addr)
+		if err == nil {
+			n.cfg.Logger.Info("joined the cluster", "via", addr)
+			return nil
+		}
+		last = err
+		var te *transport.Error
+		if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" {
+			addrs = append(addrs, te.LeaderAddr)
+			n.cfg.Logger.Info("join: following the leader", "leader", te.LeaderAddr)
+			continue
+		}
+		if errors.As(err, &te) && (te.Code == transport.CodeBadRequest) {
+			return fmt.Errorf("node: join via %s: %w", addr, err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("node: could not join the cluster through %v: %w (last error: %v)", n.cfg.Join, ctx.Err(), last)
+		case <-t.C:
+		}
+		backoff = min(2*backoff, time.Second)
+	}
+}
+
+// ID returns the node's id.
+func (n *Node) ID() string { return n.cfg.ID }
+
+// ClientAddr returns the client address the node advertises.
+func (n *Node) ClientAddr() string { return n.clientAddr }
+
+// RaftAddr returns the node's raft address.
+func (n *Node) RaftAddr() string { return string(n.tr.LocalAddr()) }
+
+// AdminAddr returns the address of the HTTP admin server, "" if none.
+func (n *Node) AdminAddr() string {
+	if n.adminLn == nil {
+		return ""
+	}
+	return n.adminLn.Addr().String()
+}
+
+// IsLeader reports whether the node leads and is ready to serve.
+func (n *Node) IsLeader() bool {
+	n.lmu.Lock()
+	s := n.stint
+	n.lmu.Unlock()
+	if s == nil {
+		return false
+	}
+	select {
+	case <-s.ready:
+		return true
+	default:
+		return false
+	}
+}
+
+// Raft returns the node's raft instance, for tests and tools.
+func (n *Node) Raft() *raft.Raft { return n.raft }
+
+// Close stops the node: it hands leadership over if it leads a cluster of
+// several voters, stops serving clients, shuts raft down and closes the
+// store, which syncs it. It is safe to call more than once.
+func (n *Node) Close() error {
+	n.closeOnce.Do(func() { n.closeErr = n.close() })
+	return n.closeErr
+}
+
+func (n *Node) close() error {
+	var errs []error
+	if n.raft != nil && n.raft.State() == raft.Leader && n.voters() > 1 {
+		if err := n.raft.LeadershipTransfer().Error(); err != nil {
+			n.cfg.Logger.Warn("handing leadership over before shutdown", "error", err)
+		}
+	}
+	if n.clientLn != nil {
+		n.clientLn.Close()
+	}
+	if n.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		n.admin.Shutdown(ctx)
+		cancel()
+	}
+	n.cancel()
+	if n.raft != nil {
+		if err := n.raft.Shutdown().Error(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	n.wg.Wait()
+	if n.tr != nil {
+		n.tr.Close()
+	}
+	if n.db != nil {
+		if err := n.db.Close(); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (n *Node) voters() int {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	v := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			v++
+		}
+	}
+	return v
+}

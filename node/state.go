@@ -1,0 +1,111 @@
+package node
+
+import (
+	"encoding/binary"
+	"fmt"
+	"sort"
+)
+
+// stateVersion is the version of the encoded state machine state.
+const stateVersion = 1
+
+// encodeLocked encodes the state: a version byte, then uvarints and
+// length-prefixed strings in a fixed order. Members are sorted by id and
+// sessions listed from least to most recently used, so equal states
+// encode equally. Called with f.mu held.
+func (f *fsm) encodeLocked() []byte {
+	b := []byte{stateVersion}
+	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
+	s := func(v string) { u(uint64(len(v))); b = append(b, v...) }
+	u(f.floor)
+	u(f.floorCum)
+	u(f.total)
+	u(f.cmds)
+	u(uint64(len(f.marks)))
+	for _, m := range f.marks {
+		u(m.index)
+		u(m.cum)
+	}
+	u(uint64(len(f.voids)))
+	for _, v := range f.voids {
+		u(v)
+	}
+	ids := make([]string, 0, len(f.members))
+	for id := range f.members {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	u(uint64(len(ids)))
+	for _, id := range ids {
+		s(id)
+		s(f.members[id])
+	}
+	u(uint64(len(f.sessions)))
+	for e := f.lru.Back(); e != nil; e = e.Prev() {
+		ss := e.Value.(*session)
+		s(ss.id)
+		u(ss.floor)
+		u(uint64(len(ss.order)))
+		for _, seq := range ss.order {
+			r := ss.reqs[seq]
+			u(seq)
+			u(r.n)
+			u(uint64(len(r.indexes)))
+			for _, idx := range r.indexes {
+				u(idx)
+			}
+		}
+	}
+	return b
+}
+
+// decodeLocked replaces the state by the one encoded in b. Called with
+// f.mu held.
+func (f *fsm) decodeLocked(b []byte) error {
+	if len(b) == 0 || b[0] != stateVersion {
+		return fmt.Errorf("node: snapshot state version %v, want %d", b[:min(1, len(b))], stateVersion)
+	}
+	r := cmdReader{b: b[1:]}
+	// count reads a length and checks it against the bytes left, so a
+	// corrupt count cannot make us allocate much.
+	count := func() int {
+		n := r.uvarint()
+		if n > uint64(len(r.b)) {
+			r.err = errBadCommand
+			return 0
+		}
+		return int(n)
+	}
+	f.reset()
+	f.floor, f.floorCum, f.total, f.cmds = r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
+	for n := count(); n > 0 && r.err == nil; n-- {
+		f.marks = append(f.marks, mark{r.uvarint(), r.uvarint()})
+	}
+	for n := count(); n > 0 && r.err == nil; n-- {
+		f.voids = append(f.voids, r.uvarint())
+	}
+	for n := count(); n > 0 && r.err == nil; n-- {
+		id, addr := string(r.bytes()), string(r.bytes())
+		f.members[id] = addr
+	}
+	for n := count(); n > 0 && r.err == nil; n-- {
+		ss := &session{id: string(r.bytes()), floor: r.uvarint(), reqs: map[uint64]*request{}}
+		for m := count(); m > 0 && r.err == nil; m-- {
+			seq := r.uvarint()
+			req := &request{n: r.uvarint()}
+			for k := count(); k > 0 && r.err == nil; k-- {
+				req.indexes = append(req.indexes, r.uvarint())
+			}
+			ss.reqs[seq] = req
+			ss.order = append(ss.order, seq)
+			ss.indexes += len(req.indexes)
+		}
+		ss.elem = f.lru.PushFront(ss)
+		f.sessions[ss.id] = ss
+	}
+	if err := r.end(); err != nil {
+		f.reset()
+		return fmt.Errorf("node: snapshot state does not decode: %w", err)
+	}
+	return nil
+}
