@@ -14,7 +14,7 @@ import (
 
 // testCluster is an in-process cluster on loopback.
 type testCluster struct {
-	t     *testing.T
+	t     testing.TB
 	dir   string
 	nodes map[string]*Node
 	cfg   func(*Config)
@@ -23,11 +23,11 @@ type testCluster struct {
 
 // testLogger writes node logs to the test log at warn level, or at the
 // level in RAFTLOG_TEST_LOG.
-func testLogger(t *testing.T) hclog.Logger {
+func testLogger(t testing.TB) hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Level: hclog.Warn, Output: testWriter{t}})
 }
 
-type testWriter struct{ t *testing.T }
+type testWriter struct{ t testing.TB }
 
 func (w testWriter) Write(p []byte) (int, error) {
 	w.t.Helper()
@@ -35,7 +35,7 @@ func (w testWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func testConfig(t *testing.T, dir, id string) Config {
+func testConfig(t testing.TB, dir, id string) Config {
 	return Config{
 		ID:         id,
 		DataDir:    filepath.Join(dir, id),
@@ -117,7 +117,7 @@ func (c *testCluster) waitLeader() *Node {
 
 // waitApplied waits until some node's applied index moves or d passes:
 // polling without sleeping blindly.
-func waitApplied(t *testing.T, nodes map[string]*Node, d time.Duration) {
+func waitApplied(t testing.TB, nodes map[string]*Node, d time.Duration) {
 	t.Helper()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
