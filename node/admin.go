@@ -51,5 +51,8 @@ func (n *Node) adminHandler() http.Handler {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	if n.cfg.FaultInjection {
+		n.faultHandlers(mux)
+	}
 	return mux
 }

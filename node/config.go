@@ -121,6 +121,11 @@ type Config struct {
 	// copied.
 	SnapshotThreshold uint64
 
+	// FaultInjection, for cluster tests only, lets the admin server cut the
+	// node off from peers and fail its disk (see fault.go). Never set it
+	// in production.
+	FaultInjection bool
+
 	// Logger receives the node's and raft's logs; default hclog to stderr
 	// at info level.
 	Logger hclog.Logger

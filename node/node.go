@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
 	"github.com/raftlog/raftlog/transport"
 )
@@ -49,6 +50,14 @@ type Node struct {
 
 	snapReq chan struct{}
 
+	faults struct {
+		layer *faultLayer
+		fs    *faultFS
+	}
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
+
 	closeOnce sync.Once
 	closeErr  error
 }
@@ -72,7 +81,7 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
-	n = &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns)}
+	n = &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	defer func() {
 		if err != nil {
@@ -84,7 +93,12 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if c.Flush == FlushAsync {
 		flush = raftstore.AsyncFlush
 	}
-	n.db, err = raftstore.OpenDB(filepath.Join(c.DataDir, "store"), &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize})
+	opts := &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize}
+	if c.FaultInjection {
+		n.faults.fs = &faultFS{FS: vfs.Default}
+		opts.FS = n.faults.fs
+	}
+	n.db, err = raftstore.OpenDB(filepath.Join(c.DataDir, "store"), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -141,24 +155,17 @@ func (n *Node) startRaft() error {
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true
 
-	var advertise net.Addr
-	if c.RaftAdvertise != "" {
-		a, err := net.ResolveTCPAddr("tcp", c.RaftAdvertise)
-		if err != nil {
-			return fmt.Errorf("node: raft advertise address: %w", err)
-		}
-		advertise = a
-	}
-	tr, err := raft.NewTCPTransportWithLogger(c.RaftAddr, advertise, 4, 10*time.Second, c.Logger.Named("transport"))
+	tr, err := n.raftTransport()
 	if err != nil {
-		return fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
+		return err
 	}
 	n.tr = tr
 	existing, err := raft.HasExistingState(n.view.live, n.view.live, n.snap)
 	if err != nil {
 		return err
 	}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, n.view.live, n.view.live, n.snap, tr); err != nil {
+	store := failStopStore{Store: n.view.live, n: n}
+	if n.raft, err = raft.NewRaft(rc, n.fsm, store, store, n.snap, tr); err != nil {
 		return fmt.Errorf("node: start raft: %w", err)
 	}
 	if !existing && len(c.Bootstrap) > 0 {
@@ -175,6 +182,39 @@ func (n *Node) startRaft() error {
 		}
 	}
 	return nil
+}
+
+// raftTransport returns raft's TCP transport, over faultLayer when fault
+// injection is on.
+func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
+	c := n.cfg
+	logger := c.Logger.Named("transport")
+	var advertise net.Addr
+	if c.RaftAdvertise != "" {
+		a, err := net.ResolveTCPAddr("tcp", c.RaftAdvertise)
+		if err != nil {
+			return nil, fmt.Errorf("node: raft advertise address: %w", err)
+		}
+		advertise = a
+	}
+	if !c.FaultInjection {
+		tr, err := raft.NewTCPTransportWithLogger(c.RaftAddr, advertise, 4, 10*time.Second, logger)
+		if err != nil {
+			return nil, fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
+		}
+		return tr, nil
+	}
+	ln, err := net.Listen("tcp", c.RaftAddr)
+	if err != nil {
+		return nil, fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
+	}
+	if advertise == nil {
+		advertise = ln.Addr()
+	}
+	n.faults.layer = newFaultLayer(ln, advertise.String())
+	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+		Stream: n.faults.layer, MaxPool: 4, Timeout: 10 * time.Second, Logger: logger,
+	}), nil
 }
 
 func (n *Node) listen() error {

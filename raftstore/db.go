@@ -379,3 +379,17 @@ func (db *DB) Stats() Stats {
 		Durable:  db.log.Durable(),
 	}
 }
+
+// Err returns the failure that stopped the DB, or nil: a failed write,
+// fdatasync or msync of the commit log (wrapping commitlog.ErrFailed), or
+// a failure that leaves an index in doubt (wrapping ErrCorrupt). Once Err
+// returns an error, every StoreLogs fails with it; the DB must be closed
+// and reopened, which recovers what was durable. Running out of space
+// (commitlog.ErrNoSpace) is not a failure: nothing is written and later
+// calls succeed once space is freed.
+func (db *DB) Err() error {
+	if err := db.err(); err != nil {
+		return err
+	}
+	return db.log.Err()
+}
