@@ -105,6 +105,10 @@ type Config struct {
 	// SegmentSize is the commit-log segment size; default 64 MiB.
 	SegmentSize int64
 
+	// TLS, when set, secures raft traffic (mutual TLS) and the client
+	// protocol (TLS, or mutual TLS with TLS.ClientAuth).
+	TLS *TLSConfig
+
 	// Limits bound what clients may ask; zero fields mean the transport
 	// defaults.
 	Limits transport.Limits

@@ -38,6 +38,7 @@ const faultPreamble = "RLFAULT1 "
 // faultLayer is a raft.StreamLayer over TCP that can refuse peers.
 type faultLayer struct {
 	ln   net.Listener
+	dial func(address string, timeout time.Duration) (net.Conn, error)
 	self string // this node's advertised raft address
 
 	mu      sync.Mutex
@@ -45,8 +46,8 @@ type faultLayer struct {
 	conns   map[net.Conn]string // open connections by peer raft address
 }
 
-func newFaultLayer(ln net.Listener, self string) *faultLayer {
-	return &faultLayer{ln: ln, self: self, blocked: map[string]bool{}, conns: map[net.Conn]string{}}
+func newFaultLayer(s *streamLayer, self string) *faultLayer {
+	return &faultLayer{ln: s.Listener, dial: s.dial, self: self, blocked: map[string]bool{}, conns: map[net.Conn]string{}}
 }
 
 // errPartitioned is the error of a dial to a blocked peer.
@@ -58,7 +59,7 @@ func (f *faultLayer) Dial(address raft.ServerAddress, timeout time.Duration) (ne
 	if f.isBlocked(peer) {
 		return nil, errPartitioned
 	}
-	c, err := net.DialTimeout("tcp", peer, timeout)
+	c, err := f.dial(peer, timeout)
 	if err != nil {
 		return nil, err
 	}

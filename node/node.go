@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
@@ -49,6 +50,7 @@ type Node struct {
 	stint *leaderStint // nil when not leader
 
 	snapReq chan struct{}
+	tls     *tlsConfigs // nil without TLS
 
 	faults struct {
 		layer *faultLayer
@@ -89,6 +91,11 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 			n = nil
 		}
 	}()
+	if c.TLS != nil {
+		if n.tls, err = c.TLS.load(); err != nil {
+			return nil, err
+		}
+	}
 	flush := raftstore.SyncFlush
 	if c.Flush == FlushAsync {
 		flush = raftstore.AsyncFlush
@@ -184,8 +191,8 @@ func (n *Node) startRaft() error {
 	return nil
 }
 
-// raftTransport returns raft's TCP transport, over faultLayer when fault
-// injection is on.
+// raftTransport returns raft's network transport: TCP, or mutual TLS when
+// configured, under faultLayer when fault injection is on.
 func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
 	c := n.cfg
 	logger := c.Logger.Named("transport")
@@ -197,13 +204,6 @@ func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
 		}
 		advertise = a
 	}
-	if !c.FaultInjection {
-		tr, err := raft.NewTCPTransportWithLogger(c.RaftAddr, advertise, 4, 10*time.Second, logger)
-		if err != nil {
-			return nil, fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
-		}
-		return tr, nil
-	}
 	ln, err := net.Listen("tcp", c.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
@@ -211,9 +211,22 @@ func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
 	if advertise == nil {
 		advertise = ln.Addr()
 	}
-	n.faults.layer = newFaultLayer(ln, advertise.String())
+	if a, ok := advertise.(*net.TCPAddr); !ok || a.IP == nil || a.IP.IsUnspecified() {
+		ln.Close()
+		return nil, fmt.Errorf("node: raft address %s cannot be dialled by peers; give RaftAdvertise", advertise)
+	}
+	layer := &streamLayer{Listener: ln, dial: dialTCP}
+	if n.tls != nil {
+		layer.Listener = tls.NewListener(ln, n.tls.raftIn)
+		layer.dial = n.tls.dialRaft
+	}
+	var stream raft.StreamLayer = layer
+	if c.FaultInjection {
+		n.faults.layer = newFaultLayer(layer, advertise.String())
+		stream = n.faults.layer
+	}
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: n.faults.layer, MaxPool: 4, Timeout: 10 * time.Second, Logger: logger,
+		Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: logger,
 	}), nil
 }
 
@@ -222,6 +235,9 @@ func (n *Node) listen() error {
 	ln, err := net.Listen("tcp", c.ClientAddr)
 	if err != nil {
 		return fmt.Errorf("node: client listener: %w", err)
+	}
+	if n.tls != nil {
+		ln = tls.NewListener(ln, n.tls.client)
 	}
 	n.clientLn = ln
 	n.clientAddr = ln.Addr().String()
@@ -446,8 +462,7 @@ func (n *Node) joinRequest() *transport.JoinRequest {
 }
 
 func (n *Node) callJoin(ctx context.Context, addr string) error {
-	var d net.Dialer
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	nc, err := n.dialClient(ctx, addr)
 	if err != nil {
 		return err
 	}
