@@ -1,0 +1,70 @@
+// Package client is the Go client of a raftlog cluster: a Raft-replicated
+// log whose members each serve the client protocol of package transport.
+// It owns connections to members, leader following, retries with backoff
+// and the session that lets the cluster store a retried append once.
+//
+// # Use
+//
+//	c, err := client.Dial(ctx, []string{"10.0.0.1:7001", "10.0.0.2:7001"}, nil)
+//	idx, err := c.Append(ctx, []byte("hello"))              // raft indexes
+//	recs, next, err := c.Read(ctx, 1, client.ReadOptions{}) // linearizable
+//	t := c.Tail(ctx, next, client.TailOptions{})            // follow the log
+//	rec, err := t.Next()                                    // blocks
+//
+// # Leader following
+//
+// Appends, linearizable reads, tails and membership changes go to the
+// member believed to lead. A follower answers them with NotLeader and,
+// when it knows it, the leader's client address: the Client moves there at
+// once (the first time in an operation; later redirects back off) and
+// remembers the address. Without an address, and when a member cannot be
+// reached or is Unavailable, the Client tries the next known member in
+// turn. Stale reads and stale tails go to the member given or the one the
+// Client talks to, and do not follow the leader.
+//
+// # Retries and duplicates
+//
+// Failed attempts are retried with exponential backoff and jitter, each
+// under Options.RequestTimeout, until Options.RetryTimeout or the
+// operation's context ends; the Client then returns a *RetryError naming
+// the members tried, the number of attempts and the last cause. Error
+// codes that retrying cannot help (BadRequest, TooLarge, Trimmed, NotFound,
+// UnknownOp, UnsupportedVersion, Internal) are returned at once, wrapped,
+// so errors.Is(err, &transport.Error{Code: c}) and transport.ErrorCode
+// work.
+//
+// Every Append carries the Client's id (Options.ClientID) and a sequence
+// number of its own, from 1, and every retry repeats both, so the cluster
+// stores the records exactly once even when a leader committed them and
+// then failed before replying, and answers the repeat with the original
+// indexes. This holds while the sequence numbers in flight stay within the
+// server's window (SeqWindow), which the Client ensures, and while no other
+// Client uses the same id. An Append that returns an error may or may not
+// have been stored; calling Append again with the same records is a new
+// request, which may store them a second time.
+//
+// Reads are retried like appends. Join, Remove, TransferLeadership and Trim
+// are retried only when they certainly did not run: after NotLeader,
+// Unavailable or Busy replies and failures to connect. A lost connection
+// or a timeout after such a request was sent is returned, as "outcome
+// unknown".
+//
+// # Concurrency
+//
+// A Client is safe for use by any number of goroutines. It keeps one
+// transport.Conn per member address, shared by every goroutine (a Conn
+// pipelines requests), drops one that fails and dials again when next
+// needed; no lock is held across a network call. At most
+// Options.MaxInFlightAppends appends are in flight; more wait. Appends in
+// flight at once may commit in any order; an Append that starts after
+// another returned gets higher indexes. A Tail is used by one goroutine at
+// a time, but may be closed from any. Close fails every call in flight.
+//
+// # What it does not do
+//
+// It does not discover members beyond those given and those named as
+// leaders, balance reads across members, or set up TLS (Options.Dial can).
+// The protocol has no keep-alive: a member that vanishes without closing
+// its connections is noticed by RequestTimeout for requests, and for tails
+// only by TCP keep-alive, which the default dialer turns on.
+package client

@@ -1,0 +1,240 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"time"
+
+	"github.com/raftlog/raftlog/transport"
+)
+
+// action is what follows a failed attempt.
+type action int
+
+const (
+	// stop: return the error.
+	stop action = iota
+	// again: back off, then try the same member.
+	again
+	// next: back off, then try the next known member.
+	next
+	// follow: try the leader the error names.
+	follow
+)
+
+// classify decides what follows an attempt that failed with err. A
+// repeatable request has no further effect when repeated (reads, appends
+// tagged with a session); others are retried only when they certainly had
+// no effect. ambiguous reports a request whose effect is unknown.
+func classify(err error, repeatable bool) (act action, leader string, ambiguous bool) {
+	var de *dialError
+	var te *transport.Error
+	switch {
+	case errors.As(err, &de):
+		return next, "", false // nothing was sent
+	case errors.As(err, &te):
+		switch te.Code {
+		case transport.CodeNotLeader:
+			if te.LeaderAddr != "" {
+				return follow, te.LeaderAddr, false
+			}
+			return next, "", false
+		case transport.CodeUnavailable:
+			return next, "", false
+		case transport.CodeBusy:
+			return again, "", false // refused before it ran
+		case transport.CodeTimeout:
+			if repeatable {
+				return again, "", false
+			}
+			return stop, "", true
+		case transport.CodeCanceled:
+			// Not ours: the caller's context was checked first. The
+			// member is likely shutting down.
+			if repeatable {
+				return next, "", false
+			}
+			return stop, "", true
+		}
+		return stop, "", false
+	case errors.Is(err, transport.ErrClosed):
+		// The connection failed; the next attempt redials the member.
+		if repeatable {
+			return again, "", false
+		}
+		return stop, "", true
+	case errors.Is(err, context.DeadlineExceeded):
+		// No reply within RequestTimeout: the member may be gone without
+		// a word (a half-open connection), so try another; a follower
+		// sends us back to the leader if it still leads.
+		if repeatable {
+			return next, "", false
+		}
+		return stop, "", true
+	case errors.Is(err, io.EOF):
+		return again, "", false // a stream the member ended
+	}
+	return stop, "", false
+}
+
+// retrier runs the attempts of one operation: it picks members, counts
+// attempts, backs off and decides when to give up. It belongs to the
+// goroutine running the operation.
+type retrier struct {
+	c          *Client
+	op         string    // the operation, for errors: "append", ...
+	rt         route     // which members the operation may go to
+	member     string    // the member of toMember
+	repeatable bool      // see classify
+	start      time.Time // first attempt
+	deadline   time.Time // start + RetryTimeout
+	attempts   int       // attempts begun
+	backoffs   int       // backoffs waited, the exponent of the next
+	followed   bool      // a NotLeader reply has been followed without a wait
+	tried      []string  // members tried, in the order first tried
+	last       error     // the last attempt's error, naming its member
+}
+
+func (c *Client) newRetrier(op string, rt route, member string, repeatable bool) *retrier {
+	now := time.Now()
+	return &retrier{
+		c:          c,
+		op:         op,
+		rt:         rt,
+		member:     member,
+		repeatable: repeatable,
+		start:      now,
+		deadline:   now.Add(c.opts.RetryTimeout),
+	}
+}
+
+// addr returns the member for the next attempt.
+func (r *retrier) addr() string {
+	if r.rt == toMember {
+		return r.member
+	}
+	return r.c.current()
+}
+
+// begin counts an attempt at addr.
+func (r *retrier) begin(addr string) {
+	r.attempts++
+	for _, a := range r.tried {
+		if a == addr {
+			return
+		}
+	}
+	r.tried = append(r.tried, addr)
+}
+
+// attemptDeadline returns when an attempt starting now must end: after
+// RequestTimeout, but not after the retries' deadline.
+func (r *retrier) attemptDeadline() time.Time {
+	d := time.Now().Add(r.c.opts.RequestTimeout)
+	if d.After(r.deadline) {
+		return r.deadline
+	}
+	return d
+}
+
+// failed decides what follows the attempt at addr that failed with err:
+// it returns nil to try again, after waiting for any backoff, or the
+// error the operation returns.
+func (r *retrier) failed(ctx context.Context, addr string, err error) error {
+	c := r.c
+	if c.isClosed() || errors.Is(err, ErrClosed) {
+		return fmt.Errorf("client: %s: %w", r.op, ErrClosed)
+	}
+	if ctx.Err() != nil {
+		return r.giveUp(ctx.Err())
+	}
+	act, leader, ambiguous := classify(err, r.repeatable)
+	if act == follow && r.rt == toMember {
+		act = stop
+	}
+	if act == stop {
+		if ambiguous {
+			return fmt.Errorf("client: %s: outcome unknown: %w", r.op, atAddr(addr, err))
+		}
+		return fmt.Errorf("client: %s: %w", r.op, atAddr(addr, err))
+	}
+	pastDeadline := !time.Now().Before(r.deadline)
+	if r.last == nil || !pastDeadline || !errors.Is(err, context.DeadlineExceeded) {
+		// An attempt cut short by the deadline says nothing new.
+		r.last = atAddr(addr, err)
+	}
+	if pastDeadline {
+		return r.giveUp(nil)
+	}
+	switch act {
+	case follow:
+		c.follow(leader)
+		if leader != addr && !r.followed {
+			r.followed = true
+			return nil // the first redirect goes at once
+		}
+	case next:
+		if r.rt != toMember {
+			c.advance(addr)
+		}
+	}
+	return r.wait(ctx)
+}
+
+// wait backs off before the next attempt.
+func (r *retrier) wait(ctx context.Context) error {
+	d := r.c.backoff(r.backoffs)
+	r.backoffs++
+	if rem := time.Until(r.deadline); d > rem {
+		d = rem
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return r.giveUp(ctx.Err())
+	case <-r.c.done:
+		return fmt.Errorf("client: %s: %w", r.op, ErrClosed)
+	}
+	if !time.Now().Before(r.deadline) {
+		return r.giveUp(nil)
+	}
+	return nil
+}
+
+// giveUp returns the error of an operation whose retries ran out: because
+// ctx ended (ctxErr) or RetryTimeout passed (ctxErr nil).
+func (r *retrier) giveUp(ctxErr error) error {
+	if r.last == nil {
+		return fmt.Errorf("client: %s: %w", r.op, ctxErr)
+	}
+	what := "no member reachable"
+	if r.rt == toLeader {
+		what = "no leader reachable"
+	}
+	return &RetryError{
+		Op:       r.op,
+		Attempts: r.attempts,
+		Elapsed:  time.Since(r.start),
+		Tried:    r.tried,
+		Err:      r.last,
+		Context:  ctxErr,
+		what:     what,
+	}
+}
+
+// backoff returns the wait after n earlier backoffs: MinBackoff doubled n
+// times, at most MaxBackoff, less a random part of up to half.
+func (c *Client) backoff(n int) time.Duration {
+	d := c.opts.MaxBackoff
+	if n < 32 {
+		if b := c.opts.MinBackoff << n; b > 0 && b < d {
+			d = b
+		}
+	}
+	return d/2 + rand.N(d/2+1)
+}
