@@ -42,8 +42,10 @@ const (
 	// sessionWindow is how many recent Appends a session remembers. A
 	// client must keep fewer Appends than this in flight.
 	sessionWindow = 1024
-	// sessionMaxIndexes bounds the record indexes a session remembers.
-	sessionMaxIndexes = 1 << 16
+	// sessionMaxIndexes bounds the record indexes a session remembers
+	// (8 bytes each): 1,024 appends of 256 records. Past it the lowest
+	// sequence numbers are forgotten early.
+	sessionMaxIndexes = 1 << 18
 )
 
 // mark records that the command entries below index add up to cum bytes.
@@ -54,7 +56,7 @@ type session struct {
 	id      string
 	floor   uint64              // Appends below this sequence are forgotten
 	reqs    map[uint64]*request // by sequence number
-	order   []uint64            // sequence numbers in the order first seen
+	order   []uint64            // sequence numbers of reqs, increasing
 	indexes int                 // indexes held by reqs
 	elem    *list.Element       // in fsm.lru; front is most recent
 }
@@ -208,7 +210,8 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 		}
 		r = &request{n: c.n}
 		s.reqs[c.seq] = r
-		s.order = append(s.order, c.seq)
+		i, _ := slices.BinarySearch(s.order, c.seq)
+		s.order = slices.Insert(s.order, i, c.seq)
 	}
 	switch {
 	case c.n != r.n || c.i > uint64(len(r.indexes)):
@@ -228,6 +231,10 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 	if uint64(len(r.indexes)) == r.n {
 		res.indexes = slices.Clone(r.indexes)
 	}
+	// Forget the lowest sequence numbers beyond the window. A client keeps
+	// its appends in flight within a window of sessionWindow numbers, so
+	// the lowest is one it has finished with, and the floor never passes
+	// a number still in flight.
 	for len(s.order) > 1 && (len(s.order) > sessionWindow || s.indexes > sessionMaxIndexes) {
 		seq := s.order[0]
 		s.order = s.order[1:]

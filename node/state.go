@@ -97,6 +97,9 @@ func (f *fsm) decodeLocked(b []byte) error {
 				req.indexes = append(req.indexes, r.uvarint())
 			}
 			ss.reqs[seq] = req
+			if k := len(ss.order); k > 0 && ss.order[k-1] >= seq {
+				r.err = errBadCommand // sequence numbers must increase
+			}
 			ss.order = append(ss.order, seq)
 			ss.indexes += len(req.indexes)
 		}

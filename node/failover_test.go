@@ -1,0 +1,110 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/raftlog/raftlog/client"
+)
+
+// Appenders using the Go client keep going through leader changes (a
+// graceful stop of the leader, then a leader cut off by a partition): the
+// client follows the new leader, and every acknowledged append is stored
+// exactly once, at the index it was acknowledged with.
+func TestClientFollowsFailover(t *testing.T) {
+	c := faultCluster(t)
+	c.waitLeader()
+	var addrs []string
+	for _, n := range c.nodes {
+		addrs = append(addrs, n.ClientAddr())
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cl, err := client.Dial(ctx, addrs, &client.Options{RetryTimeout: 30 * time.Second, MinBackoff: 5 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+
+	const appenders, each = 8, 60
+	var (
+		mu    sync.Mutex
+		acked = map[string]uint64{} // record -> index
+		wg    sync.WaitGroup
+		errs  = make(chan error, appenders)
+	)
+	progress := make(chan struct{}, appenders*each)
+	for a := range appenders {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range each {
+				rec := fmt.Sprintf("a%d-%d", a, i)
+				idx, err := cl.Append(ctx, []byte(rec))
+				if err != nil {
+					errs <- fmt.Errorf("append %s: %w", rec, err)
+					return
+				}
+				mu.Lock()
+				acked[rec] = idx[0]
+				mu.Unlock()
+				progress <- struct{}{}
+			}
+		}()
+	}
+	waitProgress := func(n int) {
+		for range n {
+			select {
+			case <-progress:
+			case err := <-errs:
+				t.Fatal(err)
+			case <-ctx.Done():
+				t.Fatal("appends stalled")
+			}
+		}
+	}
+	waitProgress(100)
+	first := c.waitLeader()
+	c.stop(first.ID()) // graceful: hands leadership over
+	waitProgress(100)
+	second := c.waitLeader()
+	var others []string
+	for _, n := range c.nodes {
+		if n != second {
+			others = append(others, n.RaftAddr())
+			post(t, n, "/fault/partition?peers="+url.QueryEscape(second.RaftAddr()))
+		}
+	}
+	post(t, second, "/fault/partition?peers="+url.QueryEscape(strings.Join(others, ",")))
+	c.start(first.ID(), nil) // back, so the two outside the partition have a majority
+	waitProgress(100)
+	for _, n := range c.nodes {
+		post(t, n, "/fault/partition?peers=")
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	leader := c.waitLeader()
+	seen := map[string]uint64{}
+	for _, r := range readAll(t, leader, false) {
+		if prev, ok := seen[string(r.Data)]; ok {
+			t.Fatalf("record %s stored twice, at %d and %d", r.Data, prev, r.Index)
+		}
+		seen[string(r.Data)] = r.Index
+	}
+	if len(acked) != appenders*each {
+		t.Fatalf("%d appends acknowledged, want %d", len(acked), appenders*each)
+	}
+	for rec, idx := range acked {
+		if seen[rec] != idx {
+			t.Fatalf("record %s acknowledged at %d, stored at %d", rec, idx, seen[rec])
+		}
+	}
+}
