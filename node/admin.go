@@ -5,6 +5,7 @@ import (
 	"net/http"
 
 	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // adminStatus is the JSON body of /status.
@@ -51,6 +52,7 @@ func (n *Node) adminHandler() http.Handler {
 		}
 		w.Write([]byte("ready\n"))
 	})
+	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
 	if n.cfg.FaultInjection {
 		n.faultHandlers(mux)
 	}

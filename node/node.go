@@ -51,6 +51,7 @@ type Node struct {
 
 	snapReq chan struct{}
 	tls     *tlsConfigs // nil without TLS
+	metrics *nodeMetrics
 
 	faults struct {
 		layer *faultLayer
@@ -100,7 +101,8 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if c.Flush == FlushAsync {
 		flush = raftstore.AsyncFlush
 	}
-	opts := &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize}
+	n.metrics = newNodeMetrics()
+	opts := &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize, Metrics: n.metrics}
 	if c.FaultInjection {
 		n.faults.fs = &faultFS{FS: vfs.Default}
 		opts.FS = n.faults.fs
@@ -127,8 +129,14 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		}
 	}
 
+	if _, err := raftBridge(); err != nil {
+		return nil, fmt.Errorf("node: metrics: %w", err)
+	}
 	if err := n.startRaft(); err != nil {
 		return nil, err
+	}
+	if err := n.metrics.registerNode(n); err != nil {
+		return nil, fmt.Errorf("node: metrics: %w", err)
 	}
 	if err := n.listen(); err != nil {
 		return nil, err
@@ -264,7 +272,7 @@ func (n *Node) listen() error {
 
 func (n *Node) acceptLoop() {
 	defer n.wg.Done()
-	h := &handler{n: n}
+	h := metricsHandler{h: &handler{n: n}, m: n.metrics}
 	for {
 		nc, err := n.clientLn.Accept()
 		if err != nil {
@@ -276,14 +284,17 @@ func (n *Node) acceptLoop() {
 		select {
 		case n.conns <- struct{}{}:
 		default:
+			n.metrics.refused.Inc()
 			n.cfg.Logger.Warn("refusing client connection: too many open", "remote", nc.RemoteAddr(), "limit", n.cfg.MaxConns)
 			nc.Close()
 			continue
 		}
+		n.metrics.connsTotal.Inc()
+		n.metrics.conns.Inc()
 		n.wg.Add(1)
 		go func() {
 			defer n.wg.Done()
-			defer func() { <-n.conns }()
+			defer func() { <-n.conns; n.metrics.conns.Dec() }()
 			if err := transport.Serve(n.ctx, nc, h, n.cfg.Limits); err != nil {
 				n.cfg.Logger.Debug("client connection ended", "remote", nc.RemoteAddr(), "error", err)
 			}

@@ -70,6 +70,7 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 	}
 	db := &DB{dir: dir, opts: o, fs: o.FS, groups: map[uint64]*Store{}}
 	db.m = newMetricsSink(o.MetricsPrefix)
+	db.m.tee = o.Metrics
 	if db.stable, err = openStable(o.FS, dir); err != nil {
 		return nil, err
 	}

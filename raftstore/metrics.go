@@ -24,6 +24,7 @@ import (
 //	pinned_bytes        gauge, label group: bytes of the log a group keeps
 //	                    (Store.PinnedBytes), set at every checkpoint
 type metricsSink struct {
+	tee    commitlog.Metrics // Options.Metrics, or nil
 	prefix []string
 	keys   map[string][]string // immutable after construction
 }
@@ -52,11 +53,17 @@ func (m *metricsSink) key(name string) []string {
 
 // IncCounter implements commitlog.Metrics.
 func (m *metricsSink) IncCounter(name string, delta uint64) {
+	if m.tee != nil {
+		m.tee.IncCounter(name, delta)
+	}
 	metrics.IncrCounter(m.key(name), float32(delta))
 }
 
 // Observe implements commitlog.Metrics.
 func (m *metricsSink) Observe(name string, v float64) {
+	if m.tee != nil {
+		m.tee.Observe(name, v)
+	}
 	if name == commitlog.MetricSyncSeconds {
 		v *= 1000 // go-metrics timers are in milliseconds
 	}

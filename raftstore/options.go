@@ -37,6 +37,10 @@ type Options struct {
 	CheckpointInterval time.Duration
 	// MetricsPrefix prefixes the go-metrics keys (default "raftstore").
 	MetricsPrefix []string
+	// Metrics, when set, also receives the commit log's metrics (see
+	// commitlog.Metrics), for example to export them as Prometheus
+	// histograms; they go to go-metrics in any case.
+	Metrics commitlog.Metrics
 	// FS is the file system (default the operating system's); tests pass
 	// a faultfs.FS.
 	FS vfs.FS

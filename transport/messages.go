@@ -243,37 +243,37 @@ func (*StatusRequest) Validate(Limits) error { return nil }
 // StatusResponse describes a node.
 type StatusResponse struct {
 	// NodeID is the answering node's id.
-	NodeID string `msgpack:"node_id"`
+	NodeID string `msgpack:"node_id" json:"node_id"`
 	// Role is the node's raft state: Follower, Candidate, Leader or Shutdown.
-	Role string `msgpack:"role"`
+	Role string `msgpack:"role" json:"role"`
 	// LeaderID is the leader's node id, empty when unknown.
-	LeaderID string `msgpack:"leader_id,omitempty"`
+	LeaderID string `msgpack:"leader_id,omitempty" json:"leader_id,omitempty"`
 	// LeaderAddr is the leader's client address, empty when unknown.
-	LeaderAddr string `msgpack:"leader_addr,omitempty"`
+	LeaderAddr string `msgpack:"leader_addr,omitempty" json:"leader_addr,omitempty"`
 	// Term is the node's current raft term.
-	Term uint64 `msgpack:"term"`
+	Term uint64 `msgpack:"term" json:"term"`
 	// FirstIndex is the first retained index, 0 when the log is empty.
-	FirstIndex uint64 `msgpack:"first_index"`
+	FirstIndex uint64 `msgpack:"first_index" json:"first_index"`
 	// LastIndex is the last index in the node's log.
-	LastIndex uint64 `msgpack:"last_index"`
+	LastIndex uint64 `msgpack:"last_index" json:"last_index"`
 	// CommitIndex is the highest index the node knows is committed.
-	CommitIndex uint64 `msgpack:"commit_index"`
+	CommitIndex uint64 `msgpack:"commit_index" json:"commit_index"`
 	// AppliedIndex is the highest index the node has applied.
-	AppliedIndex uint64 `msgpack:"applied_index"`
+	AppliedIndex uint64 `msgpack:"applied_index" json:"applied_index"`
 	// Store holds figures of the node's storage.
-	Store StoreStatus `msgpack:"store"`
+	Store StoreStatus `msgpack:"store" json:"store"`
 }
 
 // StoreStatus holds figures of a node's storage.
 type StoreStatus struct {
 	// Segments is the number of commit-log segment files.
-	Segments uint64 `msgpack:"segments"`
+	Segments uint64 `msgpack:"segments" json:"segments"`
 	// Bytes is the size of the retained log on disk.
-	Bytes uint64 `msgpack:"bytes"`
+	Bytes uint64 `msgpack:"bytes" json:"bytes"`
 	// Written is the commit-log offset written up to.
-	Written uint64 `msgpack:"written"`
+	Written uint64 `msgpack:"written" json:"written"`
 	// Flushed is the commit-log offset durable up to.
-	Flushed uint64 `msgpack:"flushed"`
+	Flushed uint64 `msgpack:"flushed" json:"flushed"`
 }
 
 // JoinRequest adds a node to the cluster as a voter. Send it to the leader.

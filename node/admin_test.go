@@ -1,0 +1,77 @@
+package node
+
+import (
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+func get(t *testing.T, n *Node, path string) (int, string) {
+	t.Helper()
+	resp, err := http.Get("http://" + n.AdminAddr() + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp.StatusCode, string(b)
+}
+
+// The admin address serves /metrics in the Prometheus text format with the
+// server's, the store's and raft's metrics, /status as JSON, and /health
+// and /ready.
+func TestAdminEndpoints(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.AdminAddr = "127.0.0.1:0" })
+	leader := c.waitLeader()
+	appendN(t, dial(t, leader), "m", 10)
+	code, body := get(t, leader, "/metrics")
+	if code != http.StatusOK {
+		t.Fatalf("/metrics: %d", code)
+	}
+	for _, want := range []string{
+		`raftlog_requests_total{code="ok",op="Append"} 10`,
+		`raftlog_request_duration_seconds_bucket{op="Append",le=`,
+		`raftlog_client_connections 1`,
+		`raftlog_store_fsync_duration_seconds_bucket{le=`,
+		`raftlog_store_entries_per_fsync_count`,
+		`raftlog_store_appended_bytes_total`,
+		`raftlog_store_segments 1`,
+		`raftlog_store_pinned_bytes{group="1"}`,
+		`raftlog_raft_leader 1`,
+		`raftlog_raft_commit_index`,
+		`raftlog_raft_commitTime`, // bridged from hashicorp/raft's go-metrics
+		`go_goroutines`,
+	} {
+		if !strings.Contains(body, want) {
+			t.Errorf("/metrics lacks %s", want)
+		}
+	}
+	code, body = get(t, leader, "/status")
+	var st struct {
+		Node struct {
+			Role     string `json:"role"`
+			LeaderID string `json:"leader_id"`
+		} `json:"node"`
+		Members []adminMember     `json:"members"`
+		Clients map[string]string `json:"client_addrs"`
+	}
+	if err := json.Unmarshal([]byte(body), &st); err != nil || code != http.StatusOK {
+		t.Fatalf("/status: %d %v\n%s", code, err, body)
+	}
+	if st.Node.Role != "Leader" || len(st.Members) != 3 || st.Clients[leader.ID()] != leader.ClientAddr() {
+		t.Fatalf("/status: %s", body)
+	}
+	for _, n := range c.nodes {
+		if code, _ := get(t, n, "/health"); code != http.StatusOK {
+			t.Errorf("%s /health: %d", n.ID(), code)
+		}
+		if code, _ := get(t, n, "/ready"); code != http.StatusOK {
+			t.Errorf("%s /ready: %d", n.ID(), code)
+		}
+	}
+}

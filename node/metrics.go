@@ -1,0 +1,242 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"strconv"
+	"sync"
+	"time"
+
+	gometrics "github.com/hashicorp/go-metrics"
+	gmprom "github.com/hashicorp/go-metrics/prometheus"
+	"github.com/hashicorp/raft"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/raftlog/raftlog/commitlog"
+	"github.com/raftlog/raftlog/transport"
+)
+
+// Metrics. Each node has its own Prometheus registry, served at /metrics
+// on the admin address:
+//
+//	raftlog_requests_total{op,code}            client requests served, by op and result ("ok" or an error code)
+//	raftlog_request_duration_seconds{op}       histogram of request latency (a Tail: its whole life)
+//	raftlog_client_connections                 open client connections
+//	raftlog_client_connections_total           client connections accepted
+//	raftlog_client_connections_refused_total   connections refused at MaxConns
+//	raftlog_store_fsync_duration_seconds       histogram of commit-log fdatasync latency
+//	raftlog_store_entries_per_fsync            histogram of records made durable by one fdatasync
+//	raftlog_store_flush_lag_bytes              histogram of bytes waiting for each sync
+//	raftlog_store_appended_bytes_total         bytes appended to the commit log
+//	raftlog_store_appends_total                records appended to the commit log
+//	raftlog_store_fsyncs_total                 fdatasyncs of the commit log
+//	raftlog_store_segments_created_total, raftlog_store_segments_removed_total
+//	raftlog_store_segments                     segment files now
+//	raftlog_store_bytes                        bytes of the retained commit log
+//	raftlog_store_pinned_bytes{group}          bytes of the log a raftstore group keeps
+//	raftlog_raft_term, raftlog_raft_last_index, raftlog_raft_commit_index,
+//	raftlog_raft_applied_index, raftlog_raft_first_index, raftlog_raft_leader (1 when leading)
+//
+// plus hashicorp/raft's own metrics (raftlog_raft_*, for example
+// raftlog_raft_commitTime), bridged from go-metrics, which is process-wide:
+// nodes in one process share them. Go runtime and process metrics are
+// included.
+type nodeMetrics struct {
+	reg *prometheus.Registry
+
+	requests   *prometheus.CounterVec
+	latency    *prometheus.HistogramVec
+	conns      prometheus.Gauge
+	connsTotal prometheus.Counter
+	refused    prometheus.Counter
+
+	fsync      prometheus.Histogram
+	perSync    prometheus.Histogram
+	flushLag   prometheus.Histogram
+	appended   prometheus.Counter
+	appends    prometheus.Counter
+	syncs      prometheus.Counter
+	segCreated prometheus.Counter
+	segRemoved prometheus.Counter
+}
+
+var (
+	bridgeOnce sync.Once
+	bridge     *gmprom.PrometheusSink
+	bridgeErr  error
+)
+
+// raftBridge returns the process-wide go-metrics sink that carries raft's
+// (and raftstore's) go-metrics to Prometheus.
+func raftBridge() (*gmprom.PrometheusSink, error) {
+	bridgeOnce.Do(func() {
+		bridge, bridgeErr = gmprom.NewPrometheusSinkFrom(gmprom.PrometheusOpts{
+			Name:       "raftlog_gometrics_bridge",
+			Registerer: prometheus.NewRegistry(), // registered per node below
+			Expiration: time.Minute,
+		})
+		if bridgeErr != nil {
+			return
+		}
+		conf := gometrics.DefaultConfig("raftlog")
+		conf.EnableHostname = false
+		conf.EnableHostnameLabel = false
+		conf.EnableRuntimeMetrics = false
+		conf.EnableServiceLabel = false
+		_, bridgeErr = gometrics.NewGlobal(conf, bridge)
+	})
+	return bridge, bridgeErr
+}
+
+func newNodeMetrics() *nodeMetrics {
+	m := &nodeMetrics{reg: prometheus.NewRegistry()}
+	f := func(name, help string) prometheus.Counter {
+		c := prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
+		m.reg.MustRegister(c)
+		return c
+	}
+	h := func(name, help string, buckets []float64) prometheus.Histogram {
+		x := prometheus.NewHistogram(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets})
+		m.reg.MustRegister(x)
+		return x
+	}
+	m.requests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftlog_requests_total", Help: "Client requests served, by op and result code.",
+	}, []string{"op", "code"})
+	m.latency = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "raftlog_request_duration_seconds", Help: "Latency of client requests, by op.",
+		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
+	}, []string{"op"})
+	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "raftlog_client_connections", Help: "Open client connections."})
+	m.reg.MustRegister(m.requests, m.latency, m.conns,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
+	m.refused = f("raftlog_client_connections_refused_total", "Client connections refused because MaxConns were open.")
+	m.fsync = h("raftlog_store_fsync_duration_seconds", "Latency of commit-log fdatasync calls.", prometheus.ExponentialBuckets(25e-6, 2, 16))
+	m.perSync = h("raftlog_store_entries_per_fsync", "Records made durable by one fdatasync.", prometheus.ExponentialBuckets(1, 2, 14))
+	m.flushLag = h("raftlog_store_flush_lag_bytes", "Bytes waiting for each fdatasync.", prometheus.ExponentialBuckets(512, 4, 12))
+	m.appended = f("raftlog_store_appended_bytes_total", "Bytes appended to the commit log.")
+	m.appends = f("raftlog_store_appends_total", "Records appended to the commit log.")
+	m.syncs = f("raftlog_store_fsyncs_total", "fdatasync calls on the commit log.")
+	m.segCreated = f("raftlog_store_segments_created_total", "Commit-log segment files created.")
+	m.segRemoved = f("raftlog_store_segments_removed_total", "Commit-log segment files removed.")
+	return m
+}
+
+// IncCounter implements commitlog.Metrics.
+func (m *nodeMetrics) IncCounter(name string, delta uint64) {
+	var c prometheus.Counter
+	switch name {
+	case commitlog.MetricAppends:
+		c = m.appends
+	case commitlog.MetricAppendBytes:
+		c = m.appended
+	case commitlog.MetricSyncs:
+		c = m.syncs
+	case commitlog.MetricSegmentsCreated:
+		c = m.segCreated
+	case commitlog.MetricSegmentsRemoved:
+		c = m.segRemoved
+	default:
+		return
+	}
+	c.Add(float64(delta))
+}
+
+// Observe implements commitlog.Metrics.
+func (m *nodeMetrics) Observe(name string, v float64) {
+	switch name {
+	case commitlog.MetricSyncSeconds:
+		m.fsync.Observe(v)
+	case commitlog.MetricRecordsPerSync:
+		m.perSync.Observe(v)
+	case commitlog.MetricFlushLagBytes:
+		m.flushLag.Observe(v)
+	}
+}
+
+// registerNode adds the gauges read from a running node and the raft
+// bridge.
+func (m *nodeMetrics) registerNode(n *Node) error {
+	g := func(name, help string, f func() float64) {
+		m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: name, Help: help}, f))
+	}
+	g("raftlog_store_segments", "Commit-log segment files.", func() float64 { return float64(n.db.Stats().Segments) })
+	g("raftlog_store_bytes", "Bytes of the retained commit log.", func() float64 { return float64(n.db.Stats().Bytes) })
+	g("raftlog_raft_term", "Current raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
+	g("raftlog_raft_last_index", "Last index in the raft log.", func() float64 { return float64(n.raft.LastIndex()) })
+	g("raftlog_raft_commit_index", "Highest index known committed.", func() float64 { return float64(n.raft.CommitIndex()) })
+	g("raftlog_raft_applied_index", "Highest index applied to the state machine.", func() float64 { return float64(n.fsm.applied.Load()) })
+	g("raftlog_raft_first_index", "First retained index.", func() float64 { return float64(n.fsm.readView().floor) })
+	g("raftlog_raft_leader", "1 when this node leads.", func() float64 {
+		if n.raft.State() == raft.Leader {
+			return 1
+		}
+		return 0
+	})
+	m.reg.MustRegister(pinnedCollector{n})
+	b, err := raftBridge()
+	if err != nil {
+		return err
+	}
+	if err := m.reg.Register(b); err != nil && !errors.As(err, new(prometheus.AlreadyRegisteredError)) {
+		return err
+	}
+	return nil
+}
+
+// pinnedCollector reports raftlog_store_pinned_bytes per group.
+type pinnedCollector struct{ n *Node }
+
+var pinnedDesc = prometheus.NewDesc("raftlog_store_pinned_bytes",
+	"Bytes of the commit log a raftstore group keeps from deletion.", []string{"group"}, nil)
+
+func (c pinnedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- pinnedDesc }
+
+func (c pinnedCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, s := range []interface {
+		Group() uint64
+		PinnedBytes() int64
+	}{c.n.view.live, c.n.view.archive} {
+		ch <- prometheus.MustNewConstMetric(pinnedDesc, prometheus.GaugeValue, float64(s.PinnedBytes()),
+			strconv.FormatUint(s.Group(), 10))
+	}
+}
+
+// metricsHandler wraps a transport.Handler, counting and timing requests.
+type metricsHandler struct {
+	h transport.Handler
+	m *nodeMetrics
+}
+
+func (mh metricsHandler) Handle(ctx context.Context, op transport.Op, req any) (any, error) {
+	start := time.Now()
+	resp, err := mh.h.Handle(ctx, op, req)
+	mh.observe(op, start, err)
+	return resp, err
+}
+
+func (mh metricsHandler) Stream(ctx context.Context, op transport.Op, req any, s *transport.ServerStream) error {
+	start := time.Now()
+	err := mh.h.Stream(ctx, op, req, s)
+	mh.observe(op, start, err)
+	return err
+}
+
+func (mh metricsHandler) observe(op transport.Op, start time.Time, err error) {
+	name := op.String()
+	mh.m.latency.WithLabelValues(name).Observe(time.Since(start).Seconds())
+	code := "ok"
+	if err != nil {
+		code = "Internal"
+		if c := transport.ErrorCode(err); c != 0 {
+			code = c.String()
+		} else if errors.Is(err, context.Canceled) {
+			code = transport.CodeCanceled.String()
+		} else if errors.Is(err, context.DeadlineExceeded) {
+			code = transport.CodeTimeout.String()
+		}
+	}
+	mh.m.requests.WithLabelValues(name, code).Inc()
+}
