@@ -104,6 +104,11 @@ type Config struct {
 	RetentionCheck time.Duration
 	// SegmentSize is the commit-log segment size; default 64 MiB.
 	SegmentSize int64
+	// MinFreeBytes is the free space the data dir's file system must keep:
+	// below it the node refuses appends (Unavailable) and keeps serving
+	// reads, until space is freed. Default two segments (128 MiB);
+	// negative disables the check.
+	MinFreeBytes int64
 
 	// TLS, when set, secures raft traffic (mutual TLS) and the client
 	// protocol (TLS, or mutual TLS with TLS.ClientAuth).
@@ -171,6 +176,13 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if _, err := o.Limits.WithDefaults(); err != nil {
 		return o, fmt.Errorf("node: %w", err)
+	}
+	if o.MinFreeBytes == 0 {
+		seg := o.SegmentSize
+		if seg <= 0 {
+			seg = 64 << 20
+		}
+		o.MinFreeBytes = 2 * seg
 	}
 	if o.RetentionCheck <= 0 {
 		o.RetentionCheck = 10 * time.Second

@@ -26,6 +26,8 @@ import (
 //
 //	POST /fault/partition?peers=host:port,...  refuse raft traffic with these raft addresses; empty heals
 //	POST /fault/disk                           fail every later write and sync with EIO
+//	POST /fault/nospace?on=1|0                 the disk is full (new files and preallocation fail
+//	                                           with ENOSPC, free space reads 0), or no longer
 //
 // A partition is symmetric only if it is set on both sides; the tests set
 // it on every node.
@@ -161,7 +163,8 @@ func (c *trackedConn) Close() error {
 // write and sync returns EIO.
 type faultFS struct {
 	vfs.FS
-	failed atomic.Bool
+	failed  atomic.Bool
+	noSpace atomic.Bool // new files and preallocation fail with ENOSPC; free space reads 0
 }
 
 func (fs *faultFS) fail() { fs.failed.Store(true) }
@@ -174,6 +177,11 @@ func (fs *faultFS) err(op, name string) error {
 }
 
 func (fs *faultFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	if flag&os.O_CREATE != 0 && fs.noSpace.Load() {
+		if _, err := os.Stat(name); err != nil {
+			return nil, &os.PathError{Op: "open", Path: name, Err: syscall.ENOSPC}
+		}
+	}
 	f, err := fs.FS.OpenFile(name, flag, perm)
 	if err != nil {
 		return nil, err
@@ -198,6 +206,13 @@ func (f *faultFile) WriteAt(p []byte, off int64) (int, error) {
 		return 0, err
 	}
 	return f.File.WriteAt(p, off)
+}
+
+func (f *faultFile) Allocate(size int64) error {
+	if f.fs.noSpace.Load() {
+		return &os.PathError{Op: "fallocate", Path: f.Name(), Err: syscall.ENOSPC}
+	}
+	return f.File.Allocate(size)
 }
 
 func (f *faultFile) Sync() error {
@@ -239,6 +254,13 @@ func (n *Node) faultHandlers(mux *http.ServeMux) {
 		n.faults.layer.partition(peers)
 		n.cfg.Logger.Warn("fault injection: partitioned", "from", peers)
 		fmt.Fprintf(w, "blocked %d peers\n", len(peers))
+	})
+	mux.HandleFunc("POST /fault/nospace", func(w http.ResponseWriter, r *http.Request) {
+		on := r.URL.Query().Get("on") != "0"
+		n.faults.fs.noSpace.Store(on)
+		n.space.invalidate()
+		n.cfg.Logger.Warn("fault injection: disk full", "on", on)
+		fmt.Fprintf(w, "no space: %v\n", on)
 	})
 	mux.HandleFunc("POST /fault/disk", func(w http.ResponseWriter, r *http.Request) {
 		n.faults.fs.fail()

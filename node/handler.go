@@ -102,6 +102,9 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	if _, err := n.leading(ctx); err != nil {
 		return nil, err
 	}
+	if err := n.space.check(n.cfg.ID); err != nil {
+		return nil, err
+	}
 	if r.ClientID != "" {
 		if idx, ok := n.fsm.lookup(r.ClientID, r.Seq); ok {
 			return &transport.AppendResponse{Indexes: idx, Duplicate: true}, nil

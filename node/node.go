@@ -52,6 +52,7 @@ type Node struct {
 	snapReq chan struct{}
 	tls     *tlsConfigs // nil without TLS
 	metrics *nodeMetrics
+	space   *spaceGuard
 
 	faults struct {
 		layer *faultLayer
@@ -76,7 +77,7 @@ type leaderStint struct {
 // Start opens the node's data dir, starts raft and the listeners, and
 // bootstraps or joins a cluster when the data dir is new. With Join it
 // returns once the cluster has added the node, or ctx ends.
-func Start(ctx context.Context, cfg Config) (n *Node, err error) {
+func Start(ctx context.Context, cfg Config) (*Node, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -84,17 +85,21 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
-	n = &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{})}
+	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
-	defer func() {
-		if err != nil {
-			n.Close()
-			n = nil
-		}
-	}()
+	if err := n.start(ctx); err != nil {
+		n.Close()
+		return nil, err
+	}
+	return n, nil
+}
+
+// start does the work of Start; Close undoes whatever it did.
+func (n *Node) start(ctx context.Context) (err error) {
+	c := n.cfg
 	if c.TLS != nil {
 		if n.tls, err = c.TLS.load(); err != nil {
-			return nil, err
+			return err
 		}
 	}
 	flush := raftstore.SyncFlush
@@ -102,26 +107,34 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 		flush = raftstore.AsyncFlush
 	}
 	n.metrics = newNodeMetrics()
+	n.space = &spaceGuard{dir: c.DataDir, reserve: c.MinFreeBytes, free: statfsFree(c.DataDir)}
 	opts := &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize, Metrics: n.metrics}
 	if c.FaultInjection {
 		n.faults.fs = &faultFS{FS: vfs.Default}
 		opts.FS = n.faults.fs
+		real := n.space.free
+		n.space.free = func() (int64, error) {
+			if n.faults.fs.noSpace.Load() {
+				return 0, nil
+			}
+			return real()
+		}
 	}
 	n.db, err = raftstore.OpenDB(filepath.Join(c.DataDir, "store"), opts)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	n.view = &logView{}
 	if n.view.live, err = n.db.Store(liveGroup); err != nil {
-		return nil, err
+		return err
 	}
 	if n.view.archive, err = n.db.Store(archiveGroup); err != nil {
-		return nil, err
+		return err
 	}
 	n.fsm = newFSM(n.view, c.Logger.Named("fsm"))
 	n.fsm.onTrim = func(uint64) { n.requestSnapshot() }
 	if n.snap, err = newSnapStore(filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
-		return nil, err
+		return err
 	}
 	n.snap.installed = func(floor, index uint64) {
 		if err := n.view.deleteBelow(floor, index); err != nil {
@@ -130,16 +143,16 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	}
 
 	if _, err := raftBridge(); err != nil {
-		return nil, fmt.Errorf("node: metrics: %w", err)
+		return fmt.Errorf("node: metrics: %w", err)
 	}
 	if err := n.startRaft(); err != nil {
-		return nil, err
+		return err
 	}
 	if err := n.metrics.registerNode(n); err != nil {
-		return nil, fmt.Errorf("node: metrics: %w", err)
+		return fmt.Errorf("node: metrics: %w", err)
 	}
 	if err := n.listen(); err != nil {
-		return nil, err
+		return err
 	}
 	n.wg.Add(3)
 	go n.watchLeadership()
@@ -147,10 +160,10 @@ func Start(ctx context.Context, cfg Config) (n *Node, err error) {
 	go n.registerLoop()
 	if len(c.Join) > 0 {
 		if err := n.joinCluster(ctx); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return n, nil
+	return nil
 }
 
 func (n *Node) startRaft() error {
@@ -169,6 +182,10 @@ func (n *Node) startRaft() error {
 	rc.TrailingLogs = math.MaxUint64
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true
+	// Not RestoreCommittedLogs: in raft v1.8.0 a node restarted with it
+	// skips the configuration entries below the stored commit index when
+	// it looks for its configuration, and without a snapshot holding one
+	// it forgets its peers ("no known peers, aborting election").
 
 	tr, err := n.raftTransport()
 	if err != nil {
@@ -286,7 +303,8 @@ func (n *Node) acceptLoop() {
 		default:
 			n.metrics.refused.Inc()
 			n.cfg.Logger.Warn("refusing client connection: too many open", "remote", nc.RemoteAddr(), "limit", n.cfg.MaxConns)
-			nc.Close()
+			go transport.Refuse(nc, &transport.Error{Code: transport.CodeBusy,
+				Message: fmt.Sprintf("node %s has %d client connections open, its limit", n.cfg.ID, n.cfg.MaxConns)})
 			continue
 		}
 		n.metrics.connsTotal.Inc()
