@@ -1,0 +1,522 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"sync"
+	"text/tabwriter"
+	"time"
+
+	"github.com/raftlog/raftlog/client"
+	"github.com/raftlog/raftlog/transport"
+)
+
+// clusterFlags are the flags of every command that talks to a cluster.
+// They fall back to RAFTLOG_ADDRS and RAFTLOG_TIMEOUT; the flags of the
+// operations themselves do not.
+type clusterFlags struct {
+	addrs   []string
+	timeout time.Duration
+}
+
+// define defines the flags on fs.
+func (cf *clusterFlags) define(fs *flagSet) {
+	cf.timeout = 30 * time.Second
+	fs.Var(addrsValue{&cf.addrs}, "addrs", "client addresses of cluster members, `host:port,...`: one that answers is enough")
+	fs.DurationVar(&cf.timeout, "timeout", cf.timeout, "give up after retrying for this `duration` (an unreachable cluster, no leader)")
+	fs.fromEnv("addrs", "timeout")
+}
+
+// check reports missing or invalid cluster flags.
+func (cf *clusterFlags) check() error {
+	if len(cf.addrs) == 0 {
+		return usagef("no cluster address: give --addrs host:port,... or set %s", envName("addrs"))
+	}
+	if cf.timeout <= 0 {
+		return usagef("--timeout %v: want a positive duration", cf.timeout)
+	}
+	return nil
+}
+
+// options returns the client options the flags ask for.
+func (cf *clusterFlags) options() *client.Options {
+	return &client.Options{RequestTimeout: min(cf.timeout, 10*time.Second), RetryTimeout: cf.timeout}
+}
+
+// dial connects to the cluster.
+func (cf *clusterFlags) dial(ctx context.Context) (*client.Client, error) {
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	return client.Dial(ctx, cf.addrs, cf.options())
+}
+
+// parseClusterCmd parses the flags of a command that talks to a cluster
+// and takes no arguments.
+func parseClusterCmd(fs *flagSet, cf *clusterFlags, args []string) error {
+	rest, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	if err := noArgs(rest); err != nil {
+		return err
+	}
+	return cf.check()
+}
+
+// maxLine is the longest line append --stdin reads.
+const maxLine = transport.DefaultMaxFrameSize
+
+// appendBatchBytes is how many bytes of lines append --stdin sends in one
+// request at most (unless one line is longer).
+const appendBatchBytes = 1 << 20
+
+// cmdAppend is "node append".
+func cmdAppend(ctx context.Context, e *env, args []string) error {
+	var cf clusterFlags
+	var stdin bool
+	batch := 100
+	fs := newFlagSet(e, "append", "[record ...]", `
+Appends records, given as arguments or read as lines from stdin, and prints
+the index of each, one a line, once the cluster has committed it.`)
+	cf.define(fs)
+	fs.BoolVar(&stdin, "stdin", false, "append the lines of stdin (without their line ends) instead of arguments")
+	fs.IntVar(&batch, "batch", batch, "with --stdin, send up to this many `lines` in one append")
+	rest, err := fs.parse(args)
+	if err != nil {
+		return err
+	}
+	switch {
+	case stdin && len(rest) > 0:
+		return usagef("give records as arguments or --stdin, not both")
+	case !stdin && len(rest) == 0:
+		return usagef("no records: give them as arguments or use --stdin")
+	case batch < 1 || batch > transport.DefaultMaxAppendRecords:
+		return usagef("--batch %d is outside [1, %d]", batch, transport.DefaultMaxAppendRecords)
+	}
+	if err := cf.check(); err != nil {
+		return err
+	}
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	w := bufio.NewWriter(e.stdout)
+	defer w.Flush()
+	send := func(recs [][]byte) error {
+		idx, err := c.Append(ctx, recs...)
+		if err != nil {
+			return err
+		}
+		for _, i := range idx {
+			fmt.Fprintln(w, i)
+		}
+		return w.Flush()
+	}
+	if !stdin {
+		recs := make([][]byte, len(rest))
+		for i, r := range rest {
+			recs[i] = []byte(r)
+		}
+		return send(recs)
+	}
+	sc := bufio.NewScanner(e.stdin)
+	sc.Buffer(make([]byte, 64<<10), maxLine)
+	var recs [][]byte
+	size, line := 0, 0
+	for sc.Scan() {
+		line++
+		recs = append(recs, append([]byte(nil), sc.Bytes()...))
+		size += len(sc.Bytes())
+		if len(recs) >= batch || size >= appendBatchBytes {
+			if err := send(recs); err != nil {
+				return err
+			}
+			recs, size = recs[:0:0], 0
+		}
+	}
+	if err := sc.Err(); err != nil {
+		if errors.Is(err, bufio.ErrTooLong) {
+			return fmt.Errorf("stdin line %d is longer than %s", line+1, formatSize(maxLine))
+		}
+		return fmt.Errorf("reading stdin: %w", err)
+	}
+	if len(recs) > 0 {
+		return send(recs)
+	}
+	return nil
+}
+
+// recordPrinter prints records as index<TAB>data lines.
+type recordPrinter struct {
+	w     *bufio.Writer
+	quote bool // data as a Go-quoted string
+}
+
+// print writes r as one line.
+func (p *recordPrinter) print(r transport.Record) {
+	p.w.WriteString(strconv.FormatUint(r.Index, 10))
+	p.w.WriteByte('\t')
+	if p.quote {
+		p.w.WriteString(strconv.Quote(string(r.Data)))
+	} else {
+		p.w.Write(r.Data)
+	}
+	p.w.WriteByte('\n')
+}
+
+// cmdRead is "node read".
+func cmdRead(ctx context.Context, e *env, args []string) error {
+	var cf clusterFlags
+	var from uint64
+	var maxRecs uint32 = 100
+	var stale, quote bool
+	fs := newFlagSet(e, "read", "", `
+Prints committed records from an index on, one a line: index<TAB>data.
+Reads are linearizable (served by the leader) unless --stale is given.`)
+	cf.define(fs)
+	fs.Uint64Var(&from, "from", 0, "the first `index` to read; 0: the first retained record")
+	fs.Var(uint32Value{&maxRecs}, "max", "print at most this many `records`; 0: all, up to the end of the log")
+	fs.BoolVar(&stale, "stale", false, "let the first reachable member in --addrs answer from its own log, leader or not (may be behind)")
+	fs.BoolVar(&quote, "quote", false, "print data as Go-quoted strings (for binary records)")
+	if err := parseClusterCmd(fs, &cf, args); err != nil {
+		return err
+	}
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote}
+	defer p.w.Flush()
+	next, printed := from, uint32(0)
+	for maxRecs == 0 || printed < maxRecs {
+		var want uint32 // 0: the server's limit
+		if maxRecs > 0 && maxRecs-printed < transport.DefaultMaxReadRecords {
+			want = maxRecs - printed
+		}
+		recs, nx, err := c.Read(ctx, next, client.ReadOptions{MaxRecords: want, Stale: stale})
+		if err != nil {
+			return err
+		}
+		if len(recs) == 0 {
+			break
+		}
+		for _, r := range recs {
+			if maxRecs > 0 && printed == maxRecs {
+				break
+			}
+			p.print(r)
+			printed++
+		}
+		if nx <= next {
+			return fmt.Errorf("read from %d: the cluster returned next index %d", next, nx)
+		}
+		next = nx
+	}
+	return p.w.Flush()
+}
+
+// cmdTail is "node tail".
+func cmdTail(ctx context.Context, e *env, args []string) error {
+	var cf clusterFlags
+	var from uint64
+	var stale, quote bool
+	fs := newFlagSet(e, "tail", "", `
+Prints records from an index on as they commit, one a line (index<TAB>data),
+until Ctrl-C. The stream follows leader changes and reconnects after
+failures; it gives up after --timeout without progress.`)
+	cf.define(fs)
+	fs.Uint64Var(&from, "from", 0, "the first `index` to print; 0: the first retained record")
+	fs.BoolVar(&stale, "stale", false, "let the first reachable member in --addrs serve the stream from its own log, leader or not")
+	fs.BoolVar(&quote, "quote", false, "print data as Go-quoted strings (for binary records)")
+	if err := parseClusterCmd(fs, &cf, args); err != nil {
+		return err
+	}
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	t := c.Tail(ctx, from, client.TailOptions{Stale: stale})
+	defer t.Close()
+	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote}
+	for {
+		r, err := t.Next()
+		if err != nil {
+			p.w.Flush()
+			if ctx.Err() != nil {
+				return nil // Ctrl-C: the normal end
+			}
+			return err
+		}
+		p.print(r)
+		if err := p.w.Flush(); err != nil {
+			return err
+		}
+	}
+}
+
+// statusRow is one row of the status table: a node's status, or why its
+// address did not give one.
+type statusRow struct {
+	addr string
+	st   *transport.StatusResponse // nil when err is set
+	err  error
+}
+
+// statusJSON is a statusRow as status --json prints it.
+type statusJSON struct {
+	Addr       string `json:"addr"`
+	Error      string `json:"error,omitempty"`
+	NodeID     string `json:"node_id,omitempty"`
+	Role       string `json:"role,omitempty"`
+	LeaderID   string `json:"leader_id,omitempty"`
+	LeaderAddr string `json:"leader_addr,omitempty"`
+	Term       uint64 `json:"term,omitempty"`
+	First      uint64 `json:"first_index"`
+	Last       uint64 `json:"last_index"`
+	Commit     uint64 `json:"commit_index"`
+	Applied    uint64 `json:"applied_index"`
+	Segments   uint64 `json:"segments"`
+	Bytes      uint64 `json:"bytes"`
+}
+
+// json returns r as status --json prints it.
+func (r statusRow) json() statusJSON {
+	j := statusJSON{Addr: r.addr}
+	if r.err != nil {
+		j.Error = r.err.Error()
+		return j
+	}
+	s := r.st
+	j.NodeID, j.Role, j.LeaderID, j.LeaderAddr, j.Term = s.NodeID, s.Role, s.LeaderID, s.LeaderAddr, s.Term
+	j.First, j.Last, j.Commit, j.Applied = s.FirstIndex, s.LastIndex, s.CommitIndex, s.AppliedIndex
+	j.Segments, j.Bytes = s.Store.Segments, s.Store.Bytes
+	return j
+}
+
+// writeStatusTable writes rows as an aligned table with a header. A row
+// with an error shows it after the address.
+func writeStatusTable(w io.Writer, rows []statusRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "ADDRESS\tNODE\tROLE\tLEADER\tTERM\tFIRST\tLAST\tCOMMIT\tAPPLIED\tSEGMENTS\tBYTES")
+	for _, r := range rows {
+		if r.err != nil {
+			// The error is not a cell: it must not widen the columns.
+			fmt.Fprintf(tw, "%s\terror: %v\n", r.addr, r.err)
+			continue
+		}
+		s := r.st
+		leader := s.LeaderID
+		if leader == "" {
+			leader = "-"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n",
+			r.addr, s.NodeID, s.Role, leader, s.Term, s.FirstIndex, s.LastIndex,
+			s.CommitIndex, s.AppliedIndex, s.Store.Segments, formatSize(int64(min(s.Store.Bytes, 1<<62))))
+	}
+	return tw.Flush()
+}
+
+// queryStatus asks every address in addrs for its status, at once. With
+// c nil (no member answered a dial), each address is dialled alone, so
+// that its row shows its own error.
+func queryStatus(ctx context.Context, c *client.Client, addrs []string, opts *client.Options) []statusRow {
+	rows := make([]statusRow, len(addrs))
+	var wg sync.WaitGroup
+	for i, a := range addrs {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rows[i].addr = a
+			cc := c
+			if cc == nil {
+				var err error
+				if cc, err = client.Dial(ctx, []string{a}, opts); err != nil {
+					rows[i].err = err
+					return
+				}
+				defer cc.Close()
+			}
+			rows[i].st, rows[i].err = cc.Status(ctx, a)
+		}()
+	}
+	wg.Wait()
+	return rows
+}
+
+// cmdStatus is "node status".
+func cmdStatus(ctx context.Context, e *env, args []string) error {
+	var cf clusterFlags
+	var asJSON bool
+	fs := newFlagSet(e, "status", "", `
+Asks every address in --addrs for its node's status and prints a table:
+node id, role, leader, term, first/last/commit/applied index, segments and
+bytes of the commit log. An address that does not answer gets a row with the
+error, and the exit status is then 1.`)
+	cf.define(fs)
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array of rows instead of a table")
+	if err := parseClusterCmd(fs, &cf, args); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	defer cancel()
+	opts := cf.options()
+	c, err := client.Dial(ctx, cf.addrs, opts)
+	if err == nil {
+		defer c.Close()
+	}
+	rows := queryStatus(ctx, c, cf.addrs, opts)
+	if asJSON {
+		out := make([]statusJSON, len(rows))
+		for i, r := range rows {
+			out[i] = r.json()
+		}
+		enc := json.NewEncoder(e.stdout)
+		enc.SetIndent("", "  ")
+		if err := enc.Encode(out); err != nil {
+			return err
+		}
+	} else if err := writeStatusTable(e.stdout, rows); err != nil {
+		return err
+	}
+	failed := 0
+	for _, r := range rows {
+		if r.err != nil {
+			failed++
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d addresses did not answer", failed, len(rows))
+	}
+	return nil
+}
+
+// cmdJoin is "node join".
+func cmdJoin(ctx context.Context, e *env, args []string) error {
+	var cf clusterFlags
+	var req transport.JoinRequest
+	fs := newFlagSet(e, "join", "", `
+Adds a node to the cluster as a voter, through the leader. The node must be
+running ('node serve' without --bootstrap or --join waits for this). 'node
+serve --join' does the same by itself.`)
+	cf.define(fs)
+	fs.StringVar(&req.NodeID, "id", "", "the joining node's `id` (required)")
+	fs.Var(addrValue{&req.RaftAddr}, "raft-addr", "the joining node's raft `host:port` (required)")
+	fs.Var(addrValue{&req.ClientAddr}, "client-addr", "the joining node's client `host:port` (required)")
+	if err := parseClusterCmd(fs, &cf, args); err != nil {
+		return err
+	}
+	switch {
+	case req.NodeID == "":
+		return usagef("no node id: give --id")
+	case req.RaftAddr == "":
+		return usagef("no raft address: give --raft-addr")
+	case req.ClientAddr == "":
+		return usagef("no client address: give --client-addr")
+	}
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	idx, err := c.Join(ctx, req)
+	if err != nil {
+		return err
+	}
+	if idx == 0 {
+		fmt.Fprintf(e.stdout, "%s is a member already\n", req.NodeID)
+		return nil
+	}
+	fmt.Fprintf(e.stdout, "%s joined the cluster (configuration change at index %d)\n", req.NodeID, idx)
+	return nil
+}
+
+// cmdRemove is "node remove".
+func cmdRemove(ctx context.Context, e *env, args []string) error {
+	var cf clusterFlags
+	var id string
+	fs := newFlagSet(e, "remove", "", `
+Removes a node from the cluster, through the leader. Stop the node after;
+its data dir cannot serve another cluster.`)
+	cf.define(fs)
+	fs.StringVar(&id, "id", "", "the `id` of the node to remove (required; never taken from the environment)")
+	if err := parseClusterCmd(fs, &cf, args); err != nil {
+		return err
+	}
+	if id == "" {
+		return usagef("no node id: give --id")
+	}
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	idx, err := c.Remove(ctx, id)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "removed %s (configuration change at index %d)\n", id, idx)
+	return nil
+}
+
+// cmdTransfer is "node transfer".
+func cmdTransfer(ctx context.Context, e *env, args []string) error {
+	var cf clusterFlags
+	var to string
+	fs := newFlagSet(e, "transfer", "", `
+Asks the leader to hand leadership over to another voter: the one named by
+--to, or one raft chooses.`)
+	cf.define(fs)
+	fs.StringVar(&to, "to", "", "the `id` of the node to hand leadership to; empty: raft chooses")
+	if err := parseClusterCmd(fs, &cf, args); err != nil {
+		return err
+	}
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	if err := c.TransferLeadership(ctx, to); err != nil {
+		return err
+	}
+	if to == "" {
+		fmt.Fprintln(e.stdout, "leadership handed over")
+	} else {
+		fmt.Fprintf(e.stdout, "leadership handed over to %s\n", to)
+	}
+	return nil
+}
+
+// cmdTrim is "node trim".
+func cmdTrim(ctx context.Context, e *env, args []string) error {
+	var cf clusterFlags
+	var below uint64
+	fs := newFlagSet(e, "trim", "", `
+Drops every record below an index, on every node. It cannot be undone.`)
+	cf.define(fs)
+	fs.Uint64Var(&below, "below", 0, "the first `index` to keep (required; never taken from the environment)")
+	if err := parseClusterCmd(fs, &cf, args); err != nil {
+		return err
+	}
+	if below == 0 {
+		return usagef("no index: give --below N, the first index to keep")
+	}
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	idx, err := c.Trim(ctx, below)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "trimmed the records below index %d (trim command at index %d)\n", below, idx)
+	return nil
+}

@@ -1,0 +1,238 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/raftlog/raftlog/node"
+)
+
+// testEnv returns an env with buffers for stdout and stderr and vars as
+// the environment.
+func testEnv(vars map[string]string) (e *env, stdout, stderr *bytes.Buffer) {
+	stdout, stderr = new(bytes.Buffer), new(bytes.Buffer)
+	e = &env{
+		stdin:  strings.NewReader(""),
+		stdout: stdout,
+		stderr: stderr,
+		lookup: func(k string) (string, bool) { v, ok := vars[k]; return v, ok },
+	}
+	return e, stdout, stderr
+}
+
+func TestParseSize(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want int64
+		bad  bool
+	}{
+		{in: "0", want: 0},
+		{in: "4096", want: 4096},
+		{in: "512B", want: 512},
+		{in: "64KiB", want: 64 << 10},
+		{in: "64k", want: 64 << 10},
+		{in: "500MiB", want: 500 << 20},
+		{in: "500mib", want: 500 << 20},
+		{in: "10GiB", want: 10 << 30},
+		{in: "10G", want: 10 << 30},
+		{in: "1GB", want: 1e9},
+		{in: "1.5GiB", want: 3 << 29},
+		{in: " 2 TiB ", want: 2 << 40},
+		{in: "8191PiB", bad: true}, // unknown unit
+		{in: "9000000TiB", bad: true},
+		{in: "99999999999999999999", bad: true},
+		{in: "-1", bad: true},
+		{in: "GiB", bad: true},
+		{in: "", bad: true},
+		{in: "1.2.3MiB", bad: true},
+		{in: "10XB", bad: true},
+	} {
+		got, err := parseSize(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("parseSize(%q) = %d, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("parseSize(%q) = %d, %v, want %d", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+func TestFormatSize(t *testing.T) {
+	for n, want := range map[int64]string{0: "0B", 1023: "1023B", 1024: "1KiB", 1536: "1.5KiB", 10 << 30: "10GiB"} {
+		if got := formatSize(n); got != want {
+			t.Errorf("formatSize(%d) = %q, want %q", n, got, want)
+		}
+	}
+}
+
+func TestParseDuration(t *testing.T) {
+	for _, tc := range []struct {
+		in   string
+		want time.Duration
+		bad  bool
+	}{
+		{in: "0", want: 0},
+		{in: "90s", want: 90 * time.Second},
+		{in: "36h", want: 36 * time.Hour},
+		{in: "7d", want: 7 * 24 * time.Hour},
+		{in: "1d12h", want: 36 * time.Hour},
+		{in: "-1h", bad: true},
+		{in: "1.5d", bad: true},
+		{in: "d", bad: true},
+		{in: "", bad: true},
+		{in: "7days", bad: true},
+	} {
+		got, err := parseDuration(tc.in)
+		if tc.bad {
+			if err == nil {
+				t.Errorf("parseDuration(%q) = %v, want an error", tc.in, got)
+			}
+			continue
+		}
+		if err != nil || got != tc.want {
+			t.Errorf("parseDuration(%q) = %v, %v, want %v", tc.in, got, err, tc.want)
+		}
+	}
+}
+
+// TestServeFlags checks that serve's flags fill the node config, that
+// RAFTLOG_* variables stand in for flags not given and that flags win.
+func TestServeFlags(t *testing.T) {
+	e, _, _ := testEnv(map[string]string{
+		"RAFTLOG_ID":              "from-env",
+		"RAFTLOG_DATA_DIR":        "/data/env",
+		"RAFTLOG_RETENTION_BYTES": "10GiB",
+		"RAFTLOG_RETENTION_AGE":   "7d",
+		"RAFTLOG_FLUSH":           "async",
+		"RAFTLOG_LOG_LEVEL":       "debug",
+		"RAFTLOG_BOOTSTRAP":       "n1=127.0.0.1:7001,n2=127.0.0.1:7011",
+	})
+	o, err := parseServe(e, []string{"--id", "n1", "--client-addr", "127.0.0.1:0", "--retention-bytes=500MiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := o.cfg
+	if c.ID != "n1" || c.DataDir != "/data/env" || c.ClientAddr != "127.0.0.1:0" || c.RaftAddr != "127.0.0.1:7001" {
+		t.Errorf("config %+v", c)
+	}
+	if c.RetentionBytes != 500<<20 || c.RetentionAge != 7*24*time.Hour || c.Flush != node.FlushAsync || o.level != hclog.Debug {
+		t.Errorf("retention %d %v, flush %q, level %v", c.RetentionBytes, c.RetentionAge, c.Flush, o.level)
+	}
+	if len(c.Bootstrap) != 2 || c.Bootstrap[1] != (node.Peer{ID: "n2", RaftAddr: "127.0.0.1:7011"}) {
+		t.Errorf("bootstrap %+v", c.Bootstrap)
+	}
+
+	e, _, _ = testEnv(nil)
+	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--join", "127.0.0.1:7000,127.0.0.1:7010", "--join", "127.0.0.1:7020"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.cfg; len(c.Join) != 3 || c.Flush != node.FlushSync || c.RetentionBytes != 0 || o.level != hclog.Info || o.joinTimeout != time.Minute {
+		t.Errorf("defaults: %+v, level %v", c, o.level)
+	}
+}
+
+// TestUsageErrors checks that mistakes in command lines and RAFTLOG_*
+// variables exit with status 2 and a one-line message saying what is wrong.
+func TestUsageErrors(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{[]string{}, nil, "Usage: node <command>"},
+		{[]string{"frobnicate"}, nil, `unknown command "frobnicate"`},
+		{[]string{"serve", "--flush", "fast"}, nil, `node serve: invalid value "fast" for flag --flush: flush mode "fast": want sync or async`},
+		{[]string{"serve", "--nope"}, nil, "flag provided but not defined: --nope"},
+		{[]string{"serve", "--data-dir", "d"}, nil, "no node id: give --id or set RAFTLOG_ID"},
+		{[]string{"serve", "--id", "n1"}, nil, "no data dir"},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--retention-bytes", "10XB"}, nil, `invalid size "10XB"`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d"}, map[string]string{"RAFTLOG_RETENTION_AGE": "a week"}, `RAFTLOG_RETENTION_AGE="a week": invalid duration`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--bootstrap", "n2=127.0.0.1:7001"}, nil, "--bootstrap does not list this node (n1)"},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--bootstrap", "n1"}, nil, `peer "n1": want id=host:port`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--bootstrap", "n1=127.0.0.1:1", "--join", "127.0.0.1:2"}, nil, "not both"},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--client-addr", "0.0.0.0:7000"}, nil, "give --client-advertise"},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "extra"}, nil, `unexpected argument "extra"`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},
+		{[]string{"append", "x"}, nil, "no cluster address: give --addrs host:port,... or set RAFTLOG_ADDRS"},
+		{[]string{"append", "--addrs", "127.0.0.1:1"}, nil, "no records"},
+		{[]string{"append", "--addrs", "127.0.0.1:1", "--stdin", "x"}, nil, "not both"},
+		{[]string{"read", "--addrs", "localhost"}, nil, `address "localhost" is not host:port`},
+		{[]string{"read"}, map[string]string{"RAFTLOG_ADDRS": "127.0.0.1:x"}, `RAFTLOG_ADDRS="127.0.0.1:x": address "127.0.0.1:x": bad port`},
+		{[]string{"read", "--addrs", "127.0.0.1:1", "--max", "-1"}, nil, "invalid value"},
+		{[]string{"status", "--addrs", "127.0.0.1:1", "--timeout", "0s"}, nil, "--timeout 0s"},
+		{[]string{"join", "--addrs", "127.0.0.1:1", "--id", "n4", "--raft-addr", "127.0.0.1:2"}, nil, "no client address"},
+		// remove --id and trim --below never come from the environment.
+		{[]string{"remove", "--addrs", "127.0.0.1:1"}, map[string]string{"RAFTLOG_ID": "n1"}, "no node id: give --id"},
+		{[]string{"trim", "--addrs", "127.0.0.1:1"}, map[string]string{"RAFTLOG_BELOW": "100"}, "no index"},
+		{[]string{"demo", "--flush", "never"}, nil, "want sync or async"},
+		{[]string{"bench"}, nil, "no cluster address"},
+		{[]string{"bench", "--local", "--addrs", "127.0.0.1:1"}, nil, "not both"},
+		{[]string{"bench", "--addrs", "127.0.0.1:1", "--flush", "async"}, nil, "--local only"},
+		{[]string{"bench", "--local", "--clients", "0"}, nil, "--clients 0"},
+		{[]string{"bench", "--local", "--duration", "1h"}, nil, "--duration 1h0m0s"},
+		{[]string{"bench", "--local", "--size", "1MiB", "--batch", "100"}, nil, "does not fit"},
+	} {
+		e, stdout, stderr := testEnv(tc.env)
+		code := run(context.Background(), e, tc.args)
+		if code != 2 {
+			t.Errorf("%q: exit status %d, want 2; stderr %q", tc.args, code, stderr)
+			continue
+		}
+		msg := stderr.String()
+		if !strings.Contains(msg, tc.want) {
+			t.Errorf("%q: stderr %q, want it to say %q", tc.args, msg, tc.want)
+		}
+		if len(tc.args) > 0 && strings.Count(msg, "\n") != 1 {
+			t.Errorf("%q: stderr %q is not one line", tc.args, msg)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("%q: stdout %q", tc.args, stdout)
+		}
+	}
+}
+
+// TestHelp checks that every command describes its flags, on stdout, with
+// exit status 0.
+func TestHelp(t *testing.T) {
+	for _, c := range commands {
+		for _, args := range [][]string{{"help", c.name}, {c.name, "-h"}, {c.name, "--help"}} {
+			e, stdout, stderr := testEnv(nil)
+			if code := run(context.Background(), e, args); code != 0 || stderr.Len() > 0 {
+				t.Errorf("%q: exit status %d, stderr %q", args, code, stderr)
+			}
+			if !strings.HasPrefix(stdout.String(), "Usage: node "+c.name) {
+				t.Errorf("%q: stdout %q", args, stdout)
+			}
+		}
+	}
+	e, stdout, _ := testEnv(nil)
+	if code := run(context.Background(), e, []string{"help"}); code != 0 {
+		t.Errorf("help: exit status %d", code)
+	}
+	for _, c := range commands {
+		if !strings.Contains(stdout.String(), "  "+c.name+" ") {
+			t.Errorf("help does not list %s:\n%s", c.name, stdout)
+		}
+	}
+	e, stdout, _ = testEnv(nil)
+	run(context.Background(), e, []string{"serve", "-h"})
+	for _, want := range []string{"--data-dir directory", "[$RAFTLOG_DATA_DIR]", "--retention-bytes size", "(default sync)"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("serve -h does not say %q:\n%s", want, stdout)
+		}
+	}
+	e, stdout, _ = testEnv(nil)
+	run(context.Background(), e, []string{"remove", "-h"})
+	if s := stdout.String(); !strings.Contains(s, "[$RAFTLOG_ADDRS]") || strings.Contains(s, "RAFTLOG_ID") {
+		t.Errorf("remove -h: only --addrs and --timeout come from the environment:\n%s", s)
+	}
+}

@@ -1,0 +1,118 @@
+// Command node runs and talks to a raftlog cluster: a Raft-replicated,
+// append-only log of records.
+//
+//	node serve --id n1 --data-dir /var/lib/raftlog --bootstrap n1=10.0.0.1:7001,n2=10.0.0.2:7001,n3=10.0.0.3:7001
+//	node append --addrs 10.0.0.1:7000 hello world
+//	node read --addrs 10.0.0.1:7000 --from 1
+//	node status --addrs 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
+//	node demo --once
+//
+// serve runs one node (package node); the client commands use package
+// client; demo and bench can start a 3-node cluster in-process. Run
+// "node help" for the commands and "node <command> -h" for their flags,
+// most of which fall back to RAFTLOG_<FLAG> environment variables.
+//
+// The exit status is 0 on success, 1 when the command failed and 2 for a
+// mistake in the command line or a RAFTLOG_* variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// After the first signal, let a second one kill the process at once.
+	go func() { <-ctx.Done(); stop() }()
+	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv}
+	os.Exit(run(ctx, e, os.Args[1:]))
+}
+
+// command is one subcommand.
+type command struct {
+	name    string
+	summary string // one line, for the command list
+	run     func(ctx context.Context, e *env, args []string) error
+}
+
+// commands lists the subcommands in the order "node help" shows them.
+var commands = []command{
+	{"serve", "run one node of a cluster until SIGINT or SIGTERM", cmdServe},
+	{"append", "append records and print their indexes", cmdAppend},
+	{"read", "print records: index<TAB>data", cmdRead},
+	{"tail", "print records as they commit, until Ctrl-C", cmdTail},
+	{"status", "show a status row for every node", cmdStatus},
+	{"join", "add a node to the cluster", cmdJoin},
+	{"remove", "remove a node from the cluster", cmdRemove},
+	{"transfer", "hand leadership over to another node", cmdTransfer},
+	{"trim", "drop every record below an index", cmdTrim},
+	{"demo", "run a local 3-node cluster and show what it does", cmdDemo},
+	{"bench", "measure append throughput and latency", cmdBench},
+}
+
+// run runs the command line args (without the program name) and returns
+// the exit status.
+func run(ctx context.Context, e *env, args []string) int {
+	if len(args) == 0 {
+		printHelp(e.stderr)
+		return 2
+	}
+	name, rest := args[0], args[1:]
+	switch name {
+	case "help", "-h", "-help", "--help":
+		if len(rest) == 0 {
+			printHelp(e.stdout)
+			return 0
+		}
+		name, rest = rest[0], []string{"-h"}
+	}
+	for _, c := range commands {
+		if c.name == name {
+			return exitStatus(e, name, c.run(ctx, e, rest))
+		}
+	}
+	fmt.Fprintf(e.stderr, "node: unknown command %q (run 'node help' for the list)\n", name)
+	return 2
+}
+
+// exitStatus reports err, the outcome of command name, and returns the
+// exit status.
+func exitStatus(e *env, name string, err error) int {
+	var ue *usageError
+	switch {
+	case err == nil, errors.Is(err, errHelp):
+		return 0
+	case errors.As(err, &ue):
+		fmt.Fprintf(e.stderr, "node %s: %v (run 'node %s -h' for usage)\n", name, ue, name)
+		return 2
+	}
+	fmt.Fprintf(e.stderr, "node %s: %v\n", name, err)
+	return 1
+}
+
+// printHelp writes the list of commands to w.
+func printHelp(w io.Writer) {
+	fmt.Fprint(w, `node runs and talks to a raftlog cluster: a Raft-replicated, append-only log.
+
+Usage: node <command> [flags] [arguments]
+
+Commands:
+`)
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-9s %s\n", c.name, c.summary)
+	}
+	fmt.Fprint(w, `
+Run 'node help <command>' or 'node <command> -h' for a command's flags.
+Most flags fall back to an environment variable: --addrs to RAFTLOG_ADDRS,
+--data-dir to RAFTLOG_DATA_DIR; the help of each command shows which.
+
+Try it: 'go run ./cmd/node demo' starts a 3-node cluster on 127.0.0.1.
+Exit status: 0 on success, 1 on failure, 2 for a bad command line.
+`)
+}

@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+
+	"github.com/raftlog/raftlog/node"
+)
+
+const serveSummary = `
+Runs one node of a raftlog cluster until SIGINT or SIGTERM, then hands
+leadership over (if it leads), flushes and closes its store, and exits 0.
+A second signal kills it at once. Logs go to stderr.
+
+A new cluster starts in one of two ways:
+  - every initial member gets the same --bootstrap list, or
+  - one node bootstraps alone (--bootstrap with only itself) and the others
+    start with --join <client address of a member>.
+Once a node's data dir holds its raft state, --bootstrap and --join are
+ignored: restart it with the same flags or without them. A node started
+with neither waits until 'node join' adds it.
+
+Example, three nodes on one host:
+  node serve --id n1 --data-dir d1 --client-addr 127.0.0.1:7000 --raft-addr 127.0.0.1:7001 \
+      --bootstrap n1=127.0.0.1:7001,n2=127.0.0.1:7011,n3=127.0.0.1:7021
+  (n2 and n3 alike, with ports 7010/7011 and 7020/7021)`
+
+// serveOptions are the parsed flags of serve.
+type serveOptions struct {
+	cfg         node.Config // Logger not set
+	level       hclog.Level
+	logJSON     bool
+	joinTimeout time.Duration
+}
+
+// parseServe parses the flags of serve.
+func parseServe(e *env, args []string) (*serveOptions, error) {
+	o := &serveOptions{level: hclog.Info, joinTimeout: time.Minute}
+	c := &o.cfg
+	c.RaftAddr, c.ClientAddr, c.Flush = "127.0.0.1:7001", "127.0.0.1:7000", node.FlushSync
+	var maxRecord int64
+	fs := newFlagSet(e, "serve", "", serveSummary)
+	fs.StringVar(&c.ID, "id", "", "the node's `id`, unique in the cluster (required)")
+	fs.StringVar(&c.DataDir, "data-dir", "", "the `directory` of the node's log, raft state and snapshots (required)")
+	fs.Var(addrValue{&c.RaftAddr}, "raft-addr", "the `host:port` raft listens on; port 0 picks one")
+	fs.StringVar(&c.RaftAdvertise, "raft-advertise", "", "the raft `host:port` other nodes dial, when it differs from --raft-addr")
+	fs.Var(addrValue{&c.ClientAddr}, "client-addr", "the `host:port` clients connect to; port 0 picks one")
+	fs.StringVar(&c.ClientAdvertise, "client-advertise", "", "the client `host:port` given to clients, when it differs from --client-addr")
+	fs.StringVar(&c.AdminAddr, "admin-addr", "", "the `host:port` of the HTTP /status, /health and /ready endpoints; empty: none")
+	fs.Var(peersValue{&c.Bootstrap}, "bootstrap", "the initial members of a new cluster, this node included: `id=host:port,...` (raft addresses)")
+	fs.Var(addrsValue{&c.Join}, "join", "client addresses of members of a running cluster to join through: `host:port,...`")
+	fs.DurationVar(&o.joinTimeout, "join-timeout", o.joinTimeout, "how long a new node keeps trying to join before it gives up (a `duration`); 0: until interrupted")
+	fs.Var(flushValue{&c.Flush}, "flush", "flush `mode`: sync makes appends durable on a majority before they are acknowledged;\nasync syncs in the background: UNSAFE on power loss, which can lose acknowledged appends")
+	fs.Var(sizeValue{&c.RetentionBytes}, "retention-bytes", "trim the oldest records once the log exceeds this `size` (10GiB, 500MiB); 0: no limit")
+	fs.Var(durationValue{&c.RetentionAge}, "retention-age", "trim records older than this `duration` (36h, 7d); 0: no limit")
+	fs.Var(sizeValue{&maxRecord}, "max-record-size", "the largest record `size` an append may carry; 0: the default, 1MiB")
+	fs.IntVar(&c.MaxConns, "max-conns", 0, "the most client `connections` at once; 0: the default, 1024")
+	fs.Var(levelValue{&o.level}, "log-level", "log `level`: trace, debug, info, warn, error or off")
+	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
+	fs.allFromEnv()
+	rest, err := fs.parse(args)
+	if err != nil {
+		return nil, err
+	}
+	if err := noArgs(rest); err != nil {
+		return nil, err
+	}
+	switch {
+	case c.ID == "":
+		return nil, usagef("no node id: give --id or set %s", envName("id"))
+	case c.DataDir == "":
+		return nil, usagef("no data dir: give --data-dir or set %s", envName("data-dir"))
+	case len(c.Bootstrap) > 0 && len(c.Join) > 0:
+		return nil, usagef("give --bootstrap or --join, not both")
+	case c.MaxConns < 0:
+		return nil, usagef("--max-conns %d is negative", c.MaxConns)
+	case o.joinTimeout < 0:
+		return nil, usagef("--join-timeout %v is negative", o.joinTimeout)
+	}
+	if len(c.Bootstrap) > 0 && !hasPeer(c.Bootstrap, c.ID) {
+		return nil, usagef("--bootstrap does not list this node (%s)", c.ID)
+	}
+	if err := checkAdvertised("raft", c.RaftAddr, c.RaftAdvertise); err != nil {
+		return nil, err
+	}
+	if err := checkAdvertised("client", c.ClientAddr, c.ClientAdvertise); err != nil {
+		return nil, err
+	}
+	c.Limits.MaxRecordSize = int(min(maxRecord, 1<<40))
+	if _, err := c.Limits.WithDefaults(); err != nil {
+		return nil, usagef("--max-record-size %s: %v", formatSize(maxRecord), err)
+	}
+	return o, nil
+}
+
+// hasPeer reports whether peers lists id.
+func hasPeer(peers []node.Peer, id string) bool {
+	for _, p := range peers {
+		if p.ID == id {
+			return true
+		}
+	}
+	return false
+}
+
+// checkAdvertised checks that the listen address addr can be given to
+// others, or that an advertised address replaces it.
+func checkAdvertised(what, addr, advertise string) error {
+	if advertise != "" {
+		if err := checkHostPort(advertise); err != nil {
+			return usagef("--%s-advertise: %v", what, err)
+		}
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(addr)
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return usagef("--%s-addr %s listens on every interface: give --%s-advertise, the address others dial", what, addr, what)
+	}
+	return nil
+}
+
+// cmdServe is "node serve".
+func cmdServe(ctx context.Context, e *env, args []string) error {
+	o, err := parseServe(e, args)
+	if err != nil {
+		return err
+	}
+	o.cfg.Logger = hclog.New(&hclog.LoggerOptions{
+		Name:       "raftlog",
+		Level:      o.level,
+		Output:     e.stderr,
+		JSONFormat: o.logJSON,
+	})
+	return serve(ctx, o.cfg, o.joinTimeout)
+}
+
+// serve starts a node with cfg and runs it until ctx ends, then closes it.
+// joinTimeout, when positive, bounds the join of a new node.
+func serve(ctx context.Context, cfg node.Config, joinTimeout time.Duration) error {
+	log := cfg.Logger
+	switch {
+	case len(cfg.Join) > 0:
+		log.Info("starting; a new node joins the cluster through", "addrs", cfg.Join, "timeout", joinTimeout)
+	case len(cfg.Bootstrap) == 0:
+		log.Info("starting without --bootstrap or --join: a new node waits for 'node join' to add it")
+	}
+	sctx := ctx
+	if joinTimeout > 0 {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithTimeout(ctx, joinTimeout)
+		defer cancel()
+	}
+	n, err := node.Start(sctx, cfg)
+	if err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("interrupted while starting: %w", err)
+		}
+		return err
+	}
+	log.Info("serving", "id", n.ID(), "client", n.ClientAddr(), "raft", n.RaftAddr(), "admin", n.AdminAddr(), "flush", cfg.Flush, "data_dir", cfg.DataDir)
+	select {
+	case <-ctx.Done():
+	case <-n.Done():
+		// The node stopped by itself after a storage failure (and closes
+		// itself); Close waits for that.
+		n.Close()
+		return fmt.Errorf("the node stopped after a storage failure: %w", n.Err())
+	}
+	log.Info("shutting down: handing leadership over if leading, flushing and closing the store (a second signal kills the process)")
+	start := time.Now()
+	if err := n.Close(); err != nil {
+		return fmt.Errorf("closing the node: %w", err)
+	}
+	log.Info("stopped", "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
