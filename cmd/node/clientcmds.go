@@ -3,16 +3,19 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"strconv"
 	"sync"
 	"text/tabwriter"
 	"time"
 
 	"github.com/raftlog/raftlog/client"
+	"github.com/raftlog/raftlog/node"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -22,6 +25,10 @@ import (
 type clusterFlags struct {
 	addrs   []string
 	timeout time.Duration
+	tlsCA   string
+	tlsCert string
+	tlsKey  string
+	tls     *tls.Config // set by check when --tls-ca is given
 }
 
 // define defines the flags on fs.
@@ -29,7 +36,10 @@ func (cf *clusterFlags) define(fs *flagSet) {
 	cf.timeout = 30 * time.Second
 	fs.Var(addrsValue{&cf.addrs}, "addrs", "client addresses of cluster members, `host:port,...`: one that answers is enough")
 	fs.DurationVar(&cf.timeout, "timeout", cf.timeout, "give up after retrying for this `duration` (an unreachable cluster, no leader)")
-	fs.fromEnv("addrs", "timeout")
+	fs.StringVar(&cf.tlsCA, "tls-ca", "", "connect with TLS, trusting the CA certificates in this PEM `file`")
+	fs.StringVar(&cf.tlsCert, "tls-cert", "", "the client certificate PEM `file`, for clusters that require mutual TLS")
+	fs.StringVar(&cf.tlsKey, "tls-key", "", "the client certificate's private key PEM `file`")
+	fs.fromEnv("addrs", "timeout", "tls-ca", "tls-cert", "tls-key")
 }
 
 // check reports missing or invalid cluster flags.
@@ -40,12 +50,60 @@ func (cf *clusterFlags) check() error {
 	if cf.timeout <= 0 {
 		return usagef("--timeout %v: want a positive duration", cf.timeout)
 	}
+	conf, err := clientTLS(cf.tlsCA, cf.tlsCert, cf.tlsKey)
+	if err != nil {
+		return err
+	}
+	cf.tls = conf
 	return nil
+}
+
+// clientTLS builds the TLS configuration of a client from PEM files, or
+// nil without a CA file.
+func clientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	if caFile == "" {
+		if certFile != "" || keyFile != "" {
+			return nil, usagef("--tls-cert and --tls-key need --tls-ca")
+		}
+		return nil, nil
+	}
+	pool, err := node.LoadCertPool(caFile)
+	if err != nil {
+		return nil, usagef("--tls-ca: %v", err)
+	}
+	conf := &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	if certFile != "" || keyFile != "" {
+		kp, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, usagef("--tls-cert/--tls-key: %v", err)
+		}
+		conf.Certificates = []tls.Certificate{kp}
+	}
+	return conf, nil
+}
+
+// tlsDialer dials a member with TLS, checking its certificate against the
+// host of its address.
+func tlsDialer(conf *tls.Config) func(ctx context.Context, addr string) (net.Conn, error) {
+	return func(ctx context.Context, addr string) (net.Conn, error) {
+		host, _, err := net.SplitHostPort(addr)
+		if err != nil {
+			return nil, err
+		}
+		c := conf.Clone()
+		c.ServerName = host
+		d := &tls.Dialer{Config: c}
+		return d.DialContext(ctx, "tcp", addr)
+	}
 }
 
 // options returns the client options the flags ask for.
 func (cf *clusterFlags) options() *client.Options {
-	return &client.Options{RequestTimeout: min(cf.timeout, 10*time.Second), RetryTimeout: cf.timeout}
+	o := &client.Options{RequestTimeout: min(cf.timeout, 10*time.Second), RetryTimeout: cf.timeout}
+	if cf.tls != nil {
+		o.Dial = tlsDialer(cf.tls)
+	}
+	return o
 }
 
 // dial connects to the cluster.

@@ -59,6 +59,13 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.Var(durationValue{&c.RetentionAge}, "retention-age", "trim records older than this `duration` (36h, 7d); 0: no limit")
 	fs.Var(sizeValue{&maxRecord}, "max-record-size", "the largest record `size` an append may carry; 0: the default, 1MiB")
 	fs.IntVar(&c.MaxConns, "max-conns", 0, "the most client `connections` at once; 0: the default, 1024")
+	var tlsConf node.TLSConfig
+	fs.StringVar(&tlsConf.CertFile, "tls-cert", "", "the node's certificate PEM `file`: turns on TLS for clients and mutual TLS between nodes")
+	fs.StringVar(&tlsConf.KeyFile, "tls-key", "", "the private key PEM `file` of --tls-cert")
+	fs.StringVar(&tlsConf.CAFile, "tls-ca", "", "the CA certificates PEM `file` that sign nodes' (and with --tls-client-auth, clients') certificates")
+	fs.BoolVar(&tlsConf.ClientAuth, "tls-client-auth", false, "require clients to present a certificate signed by --tls-ca (mutual TLS)")
+	fs.Var(sizeValue{&c.MinFreeBytes}, "min-free", "refuse appends (and keep serving reads) while the data dir's file system has less free `space`; default two segments (128MiB)")
+	fs.BoolVar(&c.FaultInjection, "fault-injection", false, "TESTS ONLY: serve /fault/partition, /fault/disk and /fault/nospace on --admin-addr")
 	fs.Var(levelValue{&o.level}, "log-level", "log `level`: trace, debug, info, warn, error or off")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
 	fs.allFromEnv()
@@ -89,6 +96,15 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	}
 	if err := checkAdvertised("client", c.ClientAddr, c.ClientAdvertise); err != nil {
 		return nil, err
+	}
+	if tlsConf != (node.TLSConfig{}) {
+		if tlsConf.CertFile == "" || tlsConf.KeyFile == "" || tlsConf.CAFile == "" {
+			return nil, usagef("TLS needs --tls-cert, --tls-key and --tls-ca")
+		}
+		c.TLS = &tlsConf
+	}
+	if c.FaultInjection && c.AdminAddr == "" {
+		return nil, usagef("--fault-injection needs --admin-addr")
 	}
 	c.Limits.MaxRecordSize = int(min(maxRecord, 1<<40))
 	if _, err := c.Limits.WithDefaults(); err != nil {
