@@ -407,5 +407,14 @@ func (n *Node) Status() transport.StatusResponse {
 	if s.LastIndex == 0 {
 		s.FirstIndex = 0
 	}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		addrs := n.fsm.memberAddrs()
+		for _, m := range f.Configuration().Servers {
+			s.Members = append(s.Members, transport.Member{
+				NodeID: string(m.ID), RaftAddr: string(m.Address),
+				ClientAddr: addrs[string(m.ID)], Voter: m.Suffrage == raft.Voter,
+			})
+		}
+	}
 	return s
 }

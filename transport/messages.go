@@ -262,6 +262,21 @@ type StatusResponse struct {
 	AppliedIndex uint64 `msgpack:"applied_index" json:"applied_index"`
 	// Store holds figures of the node's storage.
 	Store StoreStatus `msgpack:"store" json:"store"`
+	// Members lists the cluster's servers as the node's raft configuration
+	// has them.
+	Members []Member `msgpack:"members,omitempty" json:"members,omitempty"`
+}
+
+// Member is a server of the cluster.
+type Member struct {
+	// NodeID is the server's id.
+	NodeID string `msgpack:"node_id" json:"node_id"`
+	// RaftAddr is its raft address.
+	RaftAddr string `msgpack:"raft_addr" json:"raft_addr"`
+	// ClientAddr is its client address, empty when not yet known.
+	ClientAddr string `msgpack:"client_addr,omitempty" json:"client_addr,omitempty"`
+	// Voter is false for a non-voting server.
+	Voter bool `msgpack:"voter,omitempty" json:"voter,omitempty"`
 }
 
 // StoreStatus holds figures of a node's storage.

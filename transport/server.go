@@ -407,3 +407,17 @@ func (st *ServerStream) grant(n uint32) {
 	default:
 	}
 }
+
+// Refuse tells a client why its connection is not served, with an Error
+// frame for the whole connection (request id 0), and closes it. A server
+// calls it instead of Serve, for example when it has too many connections
+// (CodeBusy). The client's Conn fails with e.
+func Refuse(nc net.Conn, e *Error) error {
+	defer nc.Close()
+	body, err := EncodeBody(e)
+	if err != nil {
+		return err
+	}
+	nc.SetWriteDeadline(time.Now().Add(time.Second))
+	return WriteFrame(nc, Frame{Type: FrameError, ID: 0, Body: body})
+}

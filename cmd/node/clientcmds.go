@@ -409,14 +409,41 @@ func queryStatus(ctx context.Context, c *client.Client, addrs []string, opts *cl
 	return rows
 }
 
+// otherMembers returns the client addresses of members that answering
+// nodes list and rows do not hold yet, so that status covers the whole
+// cluster from any one address.
+func otherMembers(rows []statusRow) []string {
+	have := map[string]bool{}
+	for _, r := range rows {
+		have[r.addr] = true
+		if r.st != nil {
+			have[r.st.NodeID] = true
+		}
+	}
+	var more []string
+	for _, r := range rows {
+		if r.st == nil {
+			continue
+		}
+		for _, m := range r.st.Members {
+			if m.ClientAddr != "" && !have[m.ClientAddr] && !have[m.NodeID] {
+				have[m.ClientAddr] = true
+				more = append(more, m.ClientAddr)
+			}
+		}
+	}
+	return more
+}
+
 // cmdStatus is "node status".
 func cmdStatus(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var asJSON bool
 	fs := newFlagSet(e, "status", "", `
-Asks every address in --addrs for its node's status and prints a table:
-node id, role, leader, term, first/last/commit/applied index, segments and
-bytes of the commit log. An address that does not answer gets a row with the
+Asks every address in --addrs, and every other member the answering nodes
+list, for its node's status and prints a table for the whole cluster: node
+id, role, leader, term, first/last/commit/applied index, segments and bytes
+of the commit log. An address that does not answer gets a row with the
 error, and the exit status is then 1.`)
 	cf.define(fs)
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array of rows instead of a table")
@@ -431,6 +458,7 @@ error, and the exit status is then 1.`)
 		defer c.Close()
 	}
 	rows := queryStatus(ctx, c, cf.addrs, opts)
+	rows = append(rows, queryStatus(ctx, c, otherMembers(rows), opts)...)
 	if asJSON {
 		out := make([]statusJSON, len(rows))
 		for i, r := range rows {

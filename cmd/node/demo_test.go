@@ -84,3 +84,37 @@ func TestPercentile(t *testing.T) {
 		t.Errorf("percentile of none = %v", got)
 	}
 }
+
+// status given one address shows every member of the cluster.
+func TestStatusCoversCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	lc, err := startLocalCluster(ctx, t.TempDir(), node.FlushSync, &logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.close()
+	addrs := lc.clientAddrs()
+	// Members learn each other's client addresses as they register with
+	// the leader; poll, bounded, until all three are listed.
+	var out bytes.Buffer
+	for try := 0; ; try++ {
+		out.Reset()
+		e := &env{stdin: strings.NewReader(""), stdout: &out, stderr: &out, lookup: func(string) (string, bool) { return "", false }}
+		code := run(ctx, e, []string{"status", "--addrs", addrs[0]})
+		if code == 0 && strings.Count(out.String(), "127.0.0.1:") == 3 {
+			break
+		}
+		if try == 50 {
+			t.Fatalf("status of the whole cluster from one address (exit %d):\n%s", code, out.String())
+		}
+		timer := time.NewTimer(100 * time.Millisecond)
+		<-timer.C
+	}
+	for _, a := range addrs {
+		if !strings.Contains(out.String(), a) {
+			t.Errorf("status lacks %s:\n%s", a, out.String())
+		}
+	}
+}
