@@ -20,6 +20,10 @@ import (
 	"github.com/raftlog/raftlog/transport"
 )
 
+// logCacheSize is how many recent entries raft keeps in memory for
+// replication.
+const logCacheSize = 1024
+
 // Groups of the node's raftstore DB.
 const (
 	liveGroup    = 1 // raft's log and stable state
@@ -197,7 +201,13 @@ func (n *Node) startRaft() error {
 		return err
 	}
 	store := failStopStore{Store: n.view.live, n: n}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, store, store, n.snap, tr); err != nil {
+	// The cache serves replication the entries just stored, without
+	// reading and decoding them back.
+	logs, err := raft.NewLogCache(logCacheSize, store)
+	if err != nil {
+		return err
+	}
+	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, n.snap, tr); err != nil {
 		return fmt.Errorf("node: start raft: %w", err)
 	}
 	if !existing && len(c.Bootstrap) > 0 {

@@ -45,7 +45,7 @@ type Conn struct {
 	slots chan struct{} // one token per request in flight
 	done  chan struct{} // closed when the read loop has exited
 
-	wmu sync.Mutex // serialises frame writes
+	w *frameWriter // coalesces and serialises frame writes
 
 	mu      sync.Mutex          // guards the fields below
 	nextID  uint64              // last request id used
@@ -84,6 +84,7 @@ func NewConn(nc net.Conn, opts *ConnOptions) (*Conn, error) {
 		slots:   make(chan struct{}, o.MaxInFlight),
 		done:    make(chan struct{}),
 		pending: make(map[uint64]*pending),
+		w:       newFrameWriter(nc, o.WriteTimeout),
 	}
 	go c.readLoop()
 	return c, nil
@@ -211,13 +212,10 @@ func replyError(f Frame, resp any) error {
 
 // write sends one frame. A failed write fails the connection.
 func (c *Conn) write(f Frame) error {
-	c.wmu.Lock()
-	defer c.wmu.Unlock()
 	if err := c.Err(); err != nil {
 		return err
 	}
-	c.nc.SetWriteDeadline(time.Now().Add(c.opts.WriteTimeout))
-	if err := WriteFrame(c.nc, f); err != nil {
+	if err := c.w.write(f); err != nil {
 		return c.fail(err)
 	}
 	return nil

@@ -53,6 +53,7 @@ func Serve(ctx context.Context, nc net.Conn, handler Handler, limits Limits) err
 		lim:      lim,
 		br:       bufio.NewReaderSize(nc, 64<<10),
 		inflight: make(map[uint64]*serverReq),
+		w:        newFrameWriter(nc, lim.WriteTimeout),
 	}
 	// Requests are cancelled only after the connection is closed, so that a
 	// client sees the connection end rather than a Canceled it never asked
@@ -83,7 +84,7 @@ type serverConn struct {
 	br  *bufio.Reader // owned by the read loop
 	wg  sync.WaitGroup
 
-	wmu sync.Mutex // serialises frame writes
+	w *frameWriter // coalesces and serialises frame writes
 
 	mu       sync.Mutex            // guards the fields below and read deadlines
 	inflight map[uint64]*serverReq // requests without a final frame yet
@@ -327,10 +328,7 @@ func (s *serverConn) writeError(op Op, id uint64, e *Error) error {
 // write sends one frame under the write timeout. A failed write closes the
 // connection: the client cannot know how much of the frame arrived.
 func (s *serverConn) write(f Frame) error {
-	s.wmu.Lock()
-	defer s.wmu.Unlock()
-	s.nc.SetWriteDeadline(time.Now().Add(s.lim.WriteTimeout))
-	if err := WriteFrame(s.nc, f); err != nil {
+	if err := s.w.write(f); err != nil {
 		s.mu.Lock()
 		if s.writeErr == nil {
 			s.writeErr = fmt.Errorf("transport: write %v frame: %w", f.Type, err)
