@@ -18,6 +18,9 @@ import (
 // archive's copy is right.
 type logView struct {
 	live, archive *raftstore.Store
+	// liveDeleter deletes from live through raft's log cache, so that the
+	// cache never serves deleted entries; nil means live itself.
+	liveDeleter interface{ DeleteRange(min, max uint64) error }
 }
 
 // getLog reads the entry at index from the archive or the live log. A
@@ -39,12 +42,17 @@ func (v *logView) deleteBelow(floor, upTo uint64) error {
 		return nil
 	}
 	to := min(floor-1, upTo)
-	for _, s := range []*raftstore.Store{v.archive, v.live} {
-		first, last := bounds(s)
-		if last == 0 || first > to {
-			continue
+	var live interface{ DeleteRange(min, max uint64) error } = v.live
+	if v.liveDeleter != nil {
+		live = v.liveDeleter
+	}
+	if first, last := bounds(v.archive); last != 0 && first <= to {
+		if err := v.archive.DeleteRange(first, min(to, last)); err != nil {
+			return err
 		}
-		if err := s.DeleteRange(first, min(to, last)); err != nil {
+	}
+	if first, last := bounds(v.live); last != 0 && first <= to {
+		if err := live.DeleteRange(first, min(to, last)); err != nil {
 			return err
 		}
 	}

@@ -207,6 +207,7 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return err
 	}
+	n.view.liveDeleter = logs
 	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, n.snap, tr); err != nil {
 		return fmt.Errorf("node: start raft: %w", err)
 	}

@@ -16,9 +16,9 @@ type gateConn struct {
 	net.Conn
 	gate    chan struct{}
 	entered chan struct{} // closed when the first Write starts
-	mu     sync.Mutex
-	writes [][]byte
-	fail   error
+	mu      sync.Mutex
+	writes  [][]byte
+	fail    error
 }
 
 func (c *gateConn) Write(p []byte) (int, error) {
