@@ -94,5 +94,8 @@ func newBenchCluster(b *testing.B, flush FlushMode) *testCluster {
 	for i := 2; i <= 3; i++ {
 		c.start(fmt.Sprintf("n%d", i), func(cfg *Config) { cfg.Join = []string{first.ClientAddr()} })
 	}
+	for _, nd := range c.nodes {
+		c.waitVoter(nd)
+	}
 	return c
 }

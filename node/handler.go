@@ -287,27 +287,48 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 	if err := cf.Error(); err != nil {
 		return nil, n.raftError(err)
 	}
-	member := false
+	resp := &transport.JoinResponse{}
+	var (
+		voter, nonvoter bool
+		err             error
+	)
 	for _, s := range cf.Configuration().Servers {
-		if string(s.ID) == r.NodeID && string(s.Address) == r.RaftAddr && s.Suffrage == raft.Voter {
-			member = true
+		if string(s.ID) == r.NodeID && string(s.Address) == r.RaftAddr {
+			voter = s.Suffrage == raft.Voter
+			nonvoter = s.Suffrage == raft.Nonvoter
 		}
 	}
-	resp := &transport.JoinResponse{}
-	if !member {
+	switch {
+	case r.Fresh:
+		if resp.Index, err = n.joinNew(r, cf.Configuration()); err != nil {
+			return nil, err
+		}
+	case voter:
+		// A member recording its client address.
+	case nonvoter:
+		// A new member that has caught up: promote it.
 		f := n.raft.AddVoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
 		resp.Index = f.Index()
-		n.cfg.Logger.Info("added voter", "id", r.NodeID, "raft", r.RaftAddr, "client", r.ClientAddr)
+		n.cfg.Logger.Info("promoted to voter", "id", r.NodeID)
+	default:
+		f := n.raft.AddNonvoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
+		if err := f.Error(); err != nil {
+			return nil, n.raftError(err)
+		}
+		resp.Index = f.Index()
+		n.cfg.Logger.Info("added nonvoter", "id", r.NodeID, "raft", r.RaftAddr)
 	}
 	if n.fsm.member(r.NodeID) != r.ClientAddr {
 		f := n.raft.Apply(encodeMemberCmd(r.NodeID, r.ClientAddr), enqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
-		resp.Index = f.Index()
+		if resp.Index == 0 {
+			resp.Index = f.Index()
+		}
 	}
 	return resp, nil
 }

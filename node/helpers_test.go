@@ -56,7 +56,23 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 	for i := 2; i <= n; i++ {
 		c.start(fmt.Sprintf("n%d", i), func(cfg *Config) { cfg.Join = []string{first.ClientAddr()} })
 	}
+	for _, nd := range c.nodes {
+		c.waitVoter(nd)
+	}
 	return c
+}
+
+// waitVoter waits until a node is a voter (a joining node is promoted once
+// it has caught up).
+func (c *testCluster) waitVoter(n *Node) {
+	c.t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !n.IsVoter() {
+		if time.Now().After(deadline) {
+			c.t.Fatalf("%s not promoted to voter within 20s", n.ID())
+		}
+		waitApplied(c.t, c.nodes, 50*time.Millisecond)
+	}
 }
 
 // start starts (or restarts) node id with the cluster's config.

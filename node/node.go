@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -39,6 +40,7 @@ type Node struct {
 	snap *snapStore
 	raft *raft.Raft
 	tr   *raft.NetworkTransport
+	gate *voteGate
 
 	clientLn   net.Listener
 	clientAddr string // advertised
@@ -62,6 +64,8 @@ type Node struct {
 		layer *faultLayer
 		fs    *faultFS
 	}
+	joining  bool          // a new member, not yet promoted (rejoin.go)
+	joinedAt atomic.Uint64 // index of the entry that added it, 0 if unknown
 	failOnce sync.Once
 	failed   chan struct{}
 	failErr  error
@@ -162,6 +166,10 @@ func (n *Node) start(ctx context.Context) (err error) {
 	go n.watchLeadership()
 	go n.snapshotLoop()
 	go n.registerLoop()
+	if n.joining {
+		n.wg.Add(1)
+		go n.promoteLoop()
+	}
 	if len(c.Join) > 0 {
 		if err := n.joinCluster(ctx); err != nil {
 			return err
@@ -200,6 +208,19 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return err
 	}
+	joining, added, err := joiningIndex(c.DataDir)
+	if err != nil {
+		return err
+	}
+	if !existing && len(c.Bootstrap) == 0 && !joining {
+		if err := markJoining(c.DataDir, 0); err != nil {
+			return err
+		}
+		joining = true
+	}
+	n.joining = joining
+	n.joinedAt.Store(added)
+	n.gate = newVoteGate(tr, !joining, c.ID)
 	store := failStopStore{Store: n.view.live, n: n}
 	// The cache serves replication the entries just stored, without
 	// reading and decoding them back.
@@ -208,9 +229,11 @@ func (n *Node) startRaft() error {
 		return err
 	}
 	n.view.liveDeleter = logs
-	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, n.snap, tr); err != nil {
+	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, n.snap, n.gate); err != nil {
+		n.gate.Close()
 		return fmt.Errorf("node: start raft: %w", err)
 	}
+	n.gate.raft.Store(n.raft)
 	if !existing && len(c.Bootstrap) > 0 {
 		var conf raft.Configuration
 		for _, p := range c.Bootstrap {
@@ -481,8 +504,8 @@ func (n *Node) registerLoop() {
 			return
 		case <-t.C:
 		}
-		if n.fsm.member(n.cfg.ID) == n.clientAddr || n.raft.State() == raft.Leader {
-			continue
+		if n.fsm.member(n.cfg.ID) == n.clientAddr || n.raft.State() == raft.Leader || !n.gate.allowed.Load() {
+			continue // recorded, or recorded by the leader itself, or a new member (promoteLoop)
 		}
 		_, id := n.raft.LeaderWithID()
 		if addr := n.fsm.member(string(id)); addr != "" {
@@ -497,49 +520,68 @@ func (n *Node) registerLoop() {
 }
 
 // joinRequest describes this node for a Join.
-func (n *Node) joinRequest() *transport.JoinRequest {
-	return &transport.JoinRequest{NodeID: n.cfg.ID, RaftAddr: string(n.tr.LocalAddr()), ClientAddr: n.clientAddr}
+func (n *Node) joinRequest(fresh bool) *transport.JoinRequest {
+	return &transport.JoinRequest{NodeID: n.cfg.ID, RaftAddr: string(n.tr.LocalAddr()), ClientAddr: n.clientAddr, Fresh: fresh}
 }
 
+// callJoin sends a Join for this node to addr; registerLoop uses it to
+// record the node's client address.
 func (n *Node) callJoin(ctx context.Context, addr string) error {
+	return n.callJoinReq(ctx, addr, n.joinRequest(false))
+}
+
+func (n *Node) callJoinReq(ctx context.Context, addr string, req *transport.JoinRequest) error {
+	_, err := n.callJoinIndex(ctx, addr, req)
+	return err
+}
+
+func (n *Node) callJoinIndex(ctx context.Context, addr string, req *transport.JoinRequest) (uint64, error) {
 	nc, err := n.dialClient(ctx, addr)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	conn, err := transport.NewConn(nc, nil)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer conn.Close()
-	return conn.Call(ctx, transport.OpJoin, n.joinRequest(), &transport.JoinResponse{})
+	var resp transport.JoinResponse
+	err = conn.Call(ctx, transport.OpJoin, req, &resp)
+	return resp.Index, err
 }
 
 // joinCluster asks the members in cfg.Join to add this node, following
-// NotLeader answers, until one does or ctx ends. A node that already has
-// raft state is a member already.
+// NotLeader answers, until one does or ctx ends. A node with raft state is
+// a member already; a new one joins as a new member (rejoin.go) and
+// records the index of the entry that added it.
 func (n *Node) joinCluster(ctx context.Context) error {
-	if n.raft.LastIndex() > 0 {
+	if !n.joining || n.joinedAt.Load() != 0 {
 		return nil
 	}
-	addrs := append([]string(nil), n.cfg.Join...)
 	backoff := 50 * time.Millisecond
+	next := ""
 	var last error
 	for attempt := 0; ; attempt++ {
-		addr := addrs[attempt%len(addrs)]
-		err := n.callJoin(ctx, addr)
+		addr := n.cfg.Join[attempt%len(n.cfg.Join)]
+		if next != "" {
+			addr, next = next, ""
+		}
+		idx, err := n.callJoinIndex(ctx, addr, n.joinRequest(true))
 		if err == nil {
-			n.cfg.Logger.Info("joined the cluster", "via", addr)
+			if err := markJoining(n.cfg.DataDir, idx); err != nil {
+				return err
+			}
+			n.joinedAt.Store(idx)
+			n.cfg.Logger.Info("joined the cluster as a new member; a voter once caught up", "via", addr, "index", idx)
 			return nil
 		}
 		last = err
 		var te *transport.Error
-		if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" {
-			addrs = append(addrs, te.LeaderAddr)
-			n.cfg.Logger.Info("join: following the leader", "leader", te.LeaderAddr)
-			continue
-		}
-		if errors.As(err, &te) && (te.Code == transport.CodeBadRequest) {
+		if errors.As(err, &te) && te.Code == transport.CodeBadRequest {
 			return fmt.Errorf("node: join via %s: %w", addr, err)
+		}
+		if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" && te.LeaderAddr != addr {
+			next = te.LeaderAddr // try the leader next, after the backoff
 		}
 		t := time.NewTimer(backoff)
 		select {
@@ -568,6 +610,10 @@ func (n *Node) AdminAddr() string {
 	}
 	return n.adminLn.Addr().String()
 }
+
+// IsVoter reports whether the node votes: false while a new member
+// catches up (see rejoin.go).
+func (n *Node) IsVoter() bool { return n.gate.allowed.Load() }
 
 // IsLeader reports whether the node leads and is ready to serve.
 func (n *Node) IsLeader() bool {

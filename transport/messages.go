@@ -299,6 +299,13 @@ type JoinRequest struct {
 	RaftAddr string `msgpack:"raft_addr"`
 	// ClientAddr is the joining node's client address, host:port.
 	ClientAddr string `msgpack:"client_addr"`
+	// Fresh says the node has no raft state: it is a new member, or one
+	// that lost its data. The leader then removes any server of the same
+	// id and adds the node as a nonvoter, which asks for promotion once it
+	// has caught up. Without Fresh, a member already a voter only records
+	// its client address, a nonvoter is promoted, and an unknown node is
+	// added as a nonvoter.
+	Fresh bool `msgpack:"fresh,omitempty"`
 }
 
 // Validate checks that the id and both addresses are present and sane.

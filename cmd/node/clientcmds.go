@@ -489,7 +489,9 @@ func cmdJoin(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var req transport.JoinRequest
 	fs := newFlagSet(e, "join", "", `
-Adds a node to the cluster as a voter, through the leader. The node must be
+Adds a node to the cluster, through the leader: as a nonvoter, which the node
+asks to have promoted to voter once it has caught up. A server of the same
+id (a member that lost its data dir) is removed first. The node must be
 running ('node serve' without --bootstrap or --join waits for this). 'node
 serve --join' does the same by itself.`)
 	cf.define(fs)
@@ -512,6 +514,7 @@ serve --join' does the same by itself.`)
 		return err
 	}
 	defer c.Close()
+	req.Fresh = true
 	idx, err := c.Join(ctx, req)
 	if err != nil {
 		return err

@@ -54,6 +54,21 @@ func startLocalCluster(ctx context.Context, dir string, flush node.FlushMode, lo
 		}
 		lc.nodes = append(lc.nodes, n)
 	}
+	// Joined nodes start as nonvoters and become voters once caught up.
+	wctx, cancel := context.WithTimeout(ctx, localStartTimeout)
+	defer cancel()
+	for _, n := range lc.nodes {
+		for !n.IsVoter() {
+			t := time.NewTimer(20 * time.Millisecond)
+			select {
+			case <-wctx.Done():
+				t.Stop()
+				lc.close()
+				return nil, fmt.Errorf("%s did not become a voter: %w", n.ID(), wctx.Err())
+			case <-t.C:
+			}
+		}
+	}
 	return lc, nil
 }
 

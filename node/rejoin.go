@@ -1,0 +1,236 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/transport"
+)
+
+// A node that starts with no raft state and does not bootstrap a new
+// cluster is a new member: either a node never seen before, or one whose
+// data dir was lost and that comes back under its old id. The second is
+// dangerous. Its old self acknowledged entries that counted towards
+// commits; the new one holds none of them, yet raft would let it vote, and
+// a candidate missing committed entries could win with its vote and
+// overwrite them on every node. Raft's answer is that a member that lost
+// its state is a different member. So a new node:
+//
+//   - does not vote (voteGate) until its own log makes it a voter;
+//   - joins with Fresh set: the leader first removes any server of the same
+//     id (committing that on the remaining voters, which therefore hold
+//     every committed entry), then adds the node as a nonvoter;
+//   - once it has caught up with the commit index, asks to be promoted
+//     (promoteLoop), and starts voting when its configuration names it a
+//     voter and its log holds the entry that added it as a nonvoter: the
+//     promotion then comes after that entry, and the node's log holds every
+//     entry committed before it.
+//
+// The state survives restarts as the file "joining" in the data dir, which
+// holds the index of the entry that added the node (0 until known). A node
+// whose data dir was lost must come back with --join (or 'node join'), never
+// with --bootstrap.
+const joiningFile = "joining"
+
+// voteGate is the node's raft transport. It refuses every vote and
+// pre-vote request while the node is not yet a voter of its own.
+type voteGate struct {
+	*raft.NetworkTransport
+	out     chan raft.RPC
+	done    chan struct{}
+	allowed atomic.Bool               // voting allowed
+	raft    atomic.Pointer[raft.Raft] // for the current term, once started
+	self    raft.RPCHeader
+}
+
+func newVoteGate(tr *raft.NetworkTransport, allowed bool, id string) *voteGate {
+	g := &voteGate{NetworkTransport: tr, out: make(chan raft.RPC), done: make(chan struct{})}
+	g.allowed.Store(allowed)
+	g.self = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(tr.LocalAddr())}
+	go g.run()
+	return g
+}
+
+func (g *voteGate) term() uint64 {
+	if r := g.raft.Load(); r != nil {
+		return r.CurrentTerm()
+	}
+	return 0
+}
+
+// Consumer implements raft.Transport.
+func (g *voteGate) Consumer() <-chan raft.RPC { return g.out }
+
+func (g *voteGate) run() {
+	in := g.NetworkTransport.Consumer()
+	for {
+		var rpc raft.RPC
+		select {
+		case rpc = <-in:
+		case <-g.done:
+			return
+		}
+		if !g.allowed.Load() {
+			switch rpc.Command.(type) {
+			case *raft.RequestVoteRequest:
+				rpc.Respond(&raft.RequestVoteResponse{RPCHeader: g.self, Term: g.term(), Granted: false}, nil)
+				continue
+			case *raft.RequestPreVoteRequest:
+				rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: g.self, Term: g.term(), Granted: false}, nil)
+				continue
+			}
+		}
+		select {
+		case g.out <- rpc:
+		case <-g.done:
+			return
+		}
+	}
+}
+
+// Close implements raft.WithClose.
+func (g *voteGate) Close() error {
+	select {
+	case <-g.done:
+	default:
+		close(g.done)
+	}
+	return g.NetworkTransport.Close()
+}
+
+// markJoining records durably that the node is a new member not yet
+// promoted, added by the entry at index (0: not known yet).
+func markJoining(dataDir string, index uint64) error {
+	return writeFileSync(filepath.Join(dataDir, joiningFile), []byte(strconv.FormatUint(index, 10)+"\n"))
+}
+
+// joiningIndex reads the joining state: whether the node is joining, and
+// the index of the entry that added it (0 if not known).
+func joiningIndex(dataDir string) (bool, uint64, error) {
+	b, err := os.ReadFile(filepath.Join(dataDir, joiningFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return false, 0, nil
+	}
+	if err != nil {
+		return false, 0, err
+	}
+	idx, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
+	if err != nil {
+		return false, 0, fmt.Errorf("node: %s: %w", filepath.Join(dataDir, joiningFile), err)
+	}
+	return true, idx, nil
+}
+
+// selfSuffrage returns the node's suffrage in its latest configuration,
+// and false when it is not in it.
+func (n *Node) selfSuffrage() (raft.ServerSuffrage, bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0, false
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.cfg.ID {
+			return s.Suffrage, true
+		}
+	}
+	return 0, false
+}
+
+// promoteLoop runs while the node is a new member: once it has applied up
+// to the commit index it knows, it asks the leader to make it a voter, and
+// once its configuration says it is one, it starts voting and forgets the
+// joining state.
+func (n *Node) promoteLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(n.cfg.HeartbeatTimeout / 2)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		suffrage, ok := n.selfSuffrage()
+		if !ok {
+			continue
+		}
+		added := n.joinedAt.Load()
+		if added == 0 && suffrage == raft.Nonvoter {
+			// Added by someone else ('node join'): the entry is in the log
+			// by now.
+			added = n.raft.LastIndex()
+			if err := markJoining(n.cfg.DataDir, added); err != nil {
+				n.cfg.Logger.Error("recording the joining state", "error", err)
+				continue
+			}
+			n.joinedAt.Store(added)
+		}
+		if suffrage == raft.Voter && added != 0 && n.raft.LastIndex() >= added {
+			if err := os.Remove(filepath.Join(n.cfg.DataDir, joiningFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+				n.cfg.Logger.Error("forgetting the joining state", "error", err)
+				continue
+			}
+			if err := syncDir(n.cfg.DataDir); err != nil {
+				n.cfg.Logger.Error("forgetting the joining state", "error", err)
+				continue
+			}
+			n.gate.allowed.Store(true)
+			n.cfg.Logger.Info("promoted to voter; voting")
+			return
+		}
+		if suffrage != raft.Nonvoter {
+			continue // a configuration from before the node was added
+		}
+		commit := n.raft.CommitIndex()
+		if commit == 0 || n.fsm.applied.Load() < commit {
+			continue
+		}
+		_, leader := n.raft.LeaderWithID()
+		addr := n.fsm.member(string(leader))
+		if addr == "" {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
+		err := n.callJoinReq(ctx, addr, n.joinRequest(false))
+		cancel()
+		if err != nil {
+			n.cfg.Logger.Debug("asking for promotion", "error", err)
+		}
+	}
+}
+
+// joinNew handles a Join from a new member (Fresh): it removes a server of
+// the same id, which lost its state, then adds the node as a nonvoter.
+func (n *Node) joinNew(r *transport.JoinRequest, cfg raft.Configuration) (uint64, error) {
+	if r.NodeID == n.cfg.ID {
+		return 0, &transport.Error{Code: transport.CodeBadRequest, Message: errRemovingSelf.Error()}
+	}
+	for _, s := range cfg.Servers {
+		if string(s.ID) != r.NodeID {
+			continue
+		}
+		n.cfg.Logger.Warn("a member rejoins without its state: replacing it", "id", r.NodeID, "raft", r.RaftAddr)
+		f := n.raft.RemoveServer(s.ID, 0, enqueueTimeout)
+		if err := f.Error(); err != nil {
+			return 0, n.raftError(err)
+		}
+	}
+	f := n.raft.AddNonvoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
+	if err := f.Error(); err != nil {
+		return 0, n.raftError(err)
+	}
+	n.cfg.Logger.Info("added nonvoter", "id", r.NodeID, "raft", r.RaftAddr, "client", r.ClientAddr)
+	return f.Index(), nil
+}
+
+// errRemovingSelf refuses a Fresh join naming the leader itself.
+var errRemovingSelf = fmt.Errorf("node: a new member cannot take the leader's id")
