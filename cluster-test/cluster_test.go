@@ -1,0 +1,771 @@
+package clustertest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Bounds of the harness's waits. Each is generous: reaching one is a
+// failure of the cluster (or of the machine), never a normal event.
+const (
+	startTimeout   = 20 * time.Second // a process serves /health
+	stopTimeout    = 20 * time.Second // a SIGTERMed process exits
+	killTimeout    = 10 * time.Second // a SIGKILLed process is reaped
+	healthyTimeout = 30 * time.Second // a leader that every node follows
+	catchUpTimeout = 60 * time.Second // a rejoined node holds the log
+	adminTimeout   = time.Second      // one admin HTTP request
+	pollInterval   = 50 * time.Millisecond
+)
+
+// clusterConfig describes a cluster to start.
+type clusterConfig struct {
+	nodes  int    // 3 or 5
+	flush  string // "" (sync, the default) or "async"
+	faults bool   // start nodes with --fault-injection
+}
+
+// cluster is a set of node processes started by one test. Its methods
+// may be called from any goroutine; they return errors rather than fail
+// the test, so that a nemesis goroutine can use them.
+type cluster struct {
+	t       testing.TB
+	cfg     clusterConfig
+	bin     string
+	dir     string       // under t.TempDir(): data dirs and node logs
+	http    *http.Client // for admin endpoints; short timeouts
+	members []*member    // immutable after newCluster
+
+	mu       sync.Mutex // guards the fields below
+	problems []string   // unexpected exits and the like, for the checks
+	notes    []string   // observations worth a report that are not failures
+}
+
+// member is one node of a cluster: fixed id, addresses and data dir, and
+// the process currently running it, if any.
+type member struct {
+	c                               *cluster
+	id                              string
+	raftAddr, clientAddr, adminAddr string // fixed once the cluster has formed
+	dataDir, logPath                string
+
+	mu     sync.Mutex // guards the fields below
+	proc   *process   // the running process; nil when none
+	paused bool       // proc is SIGSTOPped
+	starts int        // processes started so far
+}
+
+// process is one node process and its reaper.
+type process struct {
+	cmd      *exec.Cmd
+	log      *os.File
+	done     chan struct{} // closed once the process has been reaped
+	state    *os.ProcessState
+	waitErr  error
+	expected atomic.Bool // the test stopped it, or made it stop: exiting is no bug
+	serving  atomic.Bool // it served /health; an exit before is start's error
+}
+
+// exited reports whether p has exited (and been reaped).
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// newCluster starts a cluster and waits until it has a leader that every
+// node follows. Every process is killed when t ends.
+func newCluster(t *testing.T, cfg clusterConfig) *cluster {
+	t.Helper()
+	bin := nodeBinary(t)
+	if cfg.faults && !binFaults {
+		t.Fatal("cluster with fault injection, but node serve has no --fault-injection")
+	}
+	dir := t.TempDir() // before the Cleanup below, so that it is removed after the kills
+	c := &cluster{
+		t:    t,
+		cfg:  cfg,
+		bin:  bin,
+		dir:  dir,
+		http: &http.Client{Timeout: adminTimeout, Transport: &http.Transport{DisableKeepAlives: true}},
+	}
+	for i := range cfg.nodes {
+		id := fmt.Sprintf("n%d", i+1)
+		c.members = append(c.members, &member{
+			c:       c,
+			id:      id,
+			dataDir: filepath.Join(dir, id),
+			logPath: filepath.Join(dir, id+".log"),
+		})
+	}
+	t.Cleanup(c.shutdown)
+	var err error
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = c.startAll(); err == nil || !errors.Is(err, errPortInUse) {
+			break
+		}
+		t.Logf("port clash starting the cluster, picking new ports: %v", err)
+		c.killAll()
+		for _, m := range c.members {
+			os.RemoveAll(m.dataDir)
+		}
+	}
+	if err != nil {
+		t.Fatalf("starting a %d-node cluster: %v", cfg.nodes, err)
+	}
+	if _, err := c.waitHealthy(context.Background(), healthyTimeout); err != nil {
+		t.Fatalf("a new %d-node cluster: %v", cfg.nodes, err)
+	}
+	return c
+}
+
+// errPortInUse marks a start that failed because a port was taken.
+var errPortInUse = errors.New("address already in use")
+
+// startAll picks free ports for every member and starts them all,
+// bootstrapping a new cluster.
+func (c *cluster) startAll() error {
+	ports, err := freePorts(3 * len(c.members))
+	if err != nil {
+		return err
+	}
+	for i, m := range c.members {
+		m.raftAddr = fmt.Sprintf("127.0.0.1:%d", ports[3*i])
+		m.clientAddr = fmt.Sprintf("127.0.0.1:%d", ports[3*i+1])
+		m.adminAddr = fmt.Sprintf("127.0.0.1:%d", ports[3*i+2])
+	}
+	errs := make([]error, len(c.members))
+	var wg sync.WaitGroup
+	for i, m := range c.members {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = m.start(nil)
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// freePorts returns n distinct ports that were free on 127.0.0.1 a moment
+// ago: each is picked by listening on port 0, and all listeners are
+// closed only once all are picked.
+func freePorts(n int) ([]int, error) {
+	var lns []net.Listener
+	defer func() {
+		for _, l := range lns {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		lns = append(lns, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// bootstrapList is the --bootstrap value: every member's raft address.
+func (c *cluster) bootstrapList() string {
+	var parts []string
+	for _, m := range c.members {
+		parts = append(parts, m.id+"="+m.raftAddr)
+	}
+	return strings.Join(parts, ",")
+}
+
+// clientAddrs returns every member's client address.
+func (c *cluster) clientAddrs() []string {
+	var addrs []string
+	for _, m := range c.members {
+		addrs = append(addrs, m.clientAddr)
+	}
+	return addrs
+}
+
+// problem records a failure that the run's checks report.
+func (c *cluster) problem(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.problems = append(c.problems, fmt.Sprintf(format, args...))
+}
+
+// note records an observation for the test's log.
+func (c *cluster) note(format string, args ...any) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.notes = append(c.notes, fmt.Sprintf(format, args...))
+}
+
+// takeProblems returns the problems recorded so far.
+func (c *cluster) takeProblems() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.problems...)
+}
+
+// takeNotes returns the notes recorded so far.
+func (c *cluster) takeNotes() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]string(nil), c.notes...)
+}
+
+// start starts m's process: with --join through the client addresses
+// join when join is not nil, with --bootstrap (ignored by a node that has
+// state) otherwise. It returns once the process serves /health; an error
+// wrapping errPortInUse when it could not listen.
+func (m *member) start(join []string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc != nil && !m.proc.exited() {
+		return fmt.Errorf("%s: already running", m.id)
+	}
+	c := m.c
+	args := []string{"serve",
+		"--id", m.id,
+		"--data-dir", m.dataDir,
+		"--raft-addr", m.raftAddr,
+		"--client-addr", m.clientAddr,
+		"--admin-addr", m.adminAddr,
+		"--join-timeout", "2m",
+	}
+	if join != nil {
+		args = append(args, "--join", strings.Join(join, ","))
+	} else {
+		args = append(args, "--bootstrap", c.bootstrapList())
+	}
+	if c.cfg.flush != "" {
+		args = append(args, "--flush", c.cfg.flush)
+	}
+	if c.cfg.faults {
+		args = append(args, "--fault-injection")
+	}
+	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	m.starts++
+	fmt.Fprintf(logf, "\n=== cluster-test: start #%d at %s: node %s\n", m.starts, time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
+	cmd := exec.Command(c.bin, args...)
+	cmd.Env = childEnv()
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	if err := spawn(cmd); err != nil {
+		logf.Close()
+		return fmt.Errorf("%s: start: %w", m.id, err)
+	}
+	p := &process{cmd: cmd, log: logf, done: make(chan struct{})}
+	go m.reap(p)
+	m.proc, m.paused = p, false
+
+	var exitErr error
+	err = poll(context.Background(), startTimeout, func() (bool, error) {
+		if p.exited() {
+			tail := m.logTail(2048)
+			exitErr = fmt.Errorf("%s: exited while starting (%v); log ends:\n%s", m.id, p.state, tail)
+			if strings.Contains(tail, "address already in use") {
+				exitErr = fmt.Errorf("%w: %w", errPortInUse, exitErr)
+			}
+			return false, exitErr
+		}
+		return m.get("/health") == nil, nil
+	})
+	if err != nil && exitErr == nil {
+		err = fmt.Errorf("%s: not serving /health %v after start: %v; log ends:\n%s", m.id, startTimeout, err, m.logTail(2048))
+	}
+	p.serving.Store(err == nil)
+	return err
+}
+
+// reap waits for p and records an exit the test did not cause.
+func (m *member) reap(p *process) {
+	p.waitErr = p.cmd.Wait()
+	p.state = p.cmd.ProcessState
+	p.log.Close()
+	close(p.done)
+	if p.serving.Load() && !p.expected.Load() {
+		m.c.problem("node %s (pid %d) exited unexpectedly: %v; log ends:\n%s", m.id, p.cmd.Process.Pid, p.state, m.logTail(4096))
+	}
+}
+
+// running returns m's process when one runs, else nil.
+func (m *member) running() *process {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.proc == nil || m.proc.exited() {
+		return nil
+	}
+	return m.proc
+}
+
+// isUp reports whether m runs and is not paused.
+func (m *member) isUp() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.proc != nil && !m.proc.exited() && !m.paused
+}
+
+// kill SIGKILLs m's process, if one runs, and waits until it is reaped.
+func (m *member) kill() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.proc
+	if p == nil || p.exited() {
+		return nil
+	}
+	p.expected.Store(true)
+	p.cmd.Process.Signal(syscall.SIGKILL) // fails only once it exited
+	m.paused = false
+	select {
+	case <-p.done:
+		return nil
+	case <-time.After(killTimeout):
+		return fmt.Errorf("%s: pid %d not reaped %v after SIGKILL", m.id, p.cmd.Process.Pid, killTimeout)
+	}
+}
+
+// stop SIGTERMs m's process and waits for it to exit; a graceful stop
+// must exit 0 within stopTimeout, else the process is killed and stop
+// returns an error.
+func (m *member) stop() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.proc
+	if p == nil || p.exited() {
+		return nil
+	}
+	p.expected.Store(true)
+	if m.paused {
+		p.cmd.Process.Signal(syscall.SIGCONT)
+		m.paused = false
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(stopTimeout):
+		p.cmd.Process.Signal(syscall.SIGKILL)
+		<-p.done
+		return fmt.Errorf("%s: still running %v after SIGTERM; killed; log ends:\n%s", m.id, stopTimeout, m.logTail(2048))
+	}
+	if !p.state.Success() {
+		return fmt.Errorf("%s: SIGTERM: exited with %v, want exit status 0; log ends:\n%s", m.id, p.state, m.logTail(2048))
+	}
+	return nil
+}
+
+// pause SIGSTOPs m's process.
+func (m *member) pause() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.proc
+	if p == nil || p.exited() {
+		return fmt.Errorf("%s: pause: not running", m.id)
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("%s: SIGSTOP: %w", m.id, err)
+	}
+	m.paused = true
+	return nil
+}
+
+// resume SIGCONTs m's process if it is paused.
+func (m *member) resume() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	p := m.proc
+	if p == nil || p.exited() || !m.paused {
+		return nil
+	}
+	if err := p.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		return fmt.Errorf("%s: SIGCONT: %w", m.id, err)
+	}
+	m.paused = false
+	return nil
+}
+
+// restart starts m again with its data dir as it is, retrying while its
+// ports are taken (a port of a dead process can be in use for a moment).
+func (m *member) restart() error {
+	return m.startRetrying(nil)
+}
+
+// wipeRestart kills m, deletes its data dir and starts it again with the
+// same id and addresses, joining through the members that are up.
+func (m *member) wipeRestart() error {
+	var join []string
+	for _, o := range m.c.members {
+		if o != m && o.isUp() {
+			join = append(join, o.clientAddr)
+		}
+	}
+	if len(join) == 0 {
+		return fmt.Errorf("%s: no live member to join through", m.id)
+	}
+	return m.wipeRestartVia(join)
+}
+
+// wipeRestartVia is wipeRestart joining through the client addresses join.
+func (m *member) wipeRestartVia(join []string) error {
+	if err := m.kill(); err != nil {
+		return err
+	}
+	if err := os.RemoveAll(m.dataDir); err != nil {
+		return err
+	}
+	return m.startRetrying(join)
+}
+
+func (m *member) startRetrying(join []string) error {
+	var err error
+	for attempt := 0; attempt < 20; attempt++ {
+		if err = m.start(join); err == nil || !errors.Is(err, errPortInUse) {
+			return err
+		}
+		time.Sleep(250 * time.Millisecond) // nothing to wait on: another process holds the port
+	}
+	return err
+}
+
+// logTail returns the last n bytes of m's log.
+func (m *member) logTail(n int64) string {
+	f, err := os.Open(m.logPath)
+	if err != nil {
+		return err.Error()
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err == nil && st.Size() > n {
+		f.Seek(st.Size()-n, io.SeekStart)
+	}
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
+
+// get fetches an admin endpoint and returns an error unless it answers 200.
+func (m *member) get(path string) error {
+	_, err := m.admin(http.MethodGet, path)
+	return err
+}
+
+// admin makes one admin request and returns the body of a 200 answer.
+func (m *member) admin(method, path string) ([]byte, error) {
+	req, err := http.NewRequest(method, "http://"+m.adminAddr+path, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := m.c.http.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return body, fmt.Errorf("%s %s on %s: %s: %s", method, path, m.id, resp.Status, bytes.TrimSpace(body))
+	}
+	return body, nil
+}
+
+// nodeStatus is what the tests use of a node's /status.
+type nodeStatus struct {
+	ID, Role, LeaderID                         string
+	Term, LastIndex, CommitIndex, AppliedIndex uint64
+}
+
+// status fetches m's /status.
+func (m *member) status() (nodeStatus, error) {
+	body, err := m.admin(http.MethodGet, "/status")
+	if err != nil {
+		return nodeStatus{}, err
+	}
+	st, err := decodeStatus(body)
+	if err != nil {
+		return st, fmt.Errorf("%s: /status: %w", m.id, err)
+	}
+	return st, nil
+}
+
+// decodeStatus decodes the "node" object of /status. It matches keys
+// without regard to case and underscores, so that NodeID and node_id
+// both work: the field names of /status are not settled.
+func decodeStatus(body []byte) (nodeStatus, error) {
+	var top struct {
+		Node map[string]json.RawMessage `json:"node"`
+	}
+	if err := json.Unmarshal(body, &top); err != nil {
+		return nodeStatus{}, err
+	}
+	if top.Node == nil {
+		return nodeStatus{}, errors.New(`no "node" object`)
+	}
+	fields := map[string]json.RawMessage{}
+	for k, v := range top.Node {
+		fields[strings.ToLower(strings.ReplaceAll(k, "_", ""))] = v
+	}
+	str := func(k string) string {
+		var s string
+		json.Unmarshal(fields[k], &s)
+		return s
+	}
+	num := func(k string) uint64 {
+		var n uint64
+		json.Unmarshal(fields[k], &n)
+		return n
+	}
+	return nodeStatus{
+		ID:           str("nodeid"),
+		Role:         str("role"),
+		LeaderID:     str("leaderid"),
+		Term:         num("term"),
+		LastIndex:    num("lastindex"),
+		CommitIndex:  num("commitindex"),
+		AppliedIndex: num("appliedindex"),
+	}, nil
+}
+
+// partition makes m refuse raft traffic with the given members; none heals.
+func (m *member) partition(from []*member) error {
+	var addrs []string
+	for _, o := range from {
+		addrs = append(addrs, o.raftAddr)
+	}
+	_, err := m.admin(http.MethodPost, "/fault/partition?peers="+url.QueryEscape(strings.Join(addrs, ",")))
+	return err
+}
+
+// noSpace makes m's disk full (new files and preallocation fail with
+// ENOSPC, free space reads 0) or no longer full.
+func (m *member) noSpace(on bool) error {
+	v := "0"
+	if on {
+		v = "1"
+	}
+	_, err := m.admin(http.MethodPost, "/fault/nospace?on="+v)
+	return err
+}
+
+// failDisk makes every later write and sync of m fail. From then on m's
+// process may exit: that is expected.
+func (m *member) failDisk() error {
+	if p := m.running(); p != nil {
+		p.expected.Store(true)
+	}
+	_, err := m.admin(http.MethodPost, "/fault/disk")
+	return err
+}
+
+// leader waits until some member that is up reports itself leader and
+// returns it.
+func (c *cluster) leader(ctx context.Context, timeout time.Duration) (*member, error) {
+	var l *member
+	err := poll(ctx, timeout, func() (bool, error) {
+		var best *member
+		var bestTerm uint64
+		for _, m := range c.members {
+			if !m.isUp() {
+				continue
+			}
+			st, err := m.status()
+			if err == nil && st.Role == "Leader" && st.Term >= bestTerm {
+				best, bestTerm = m, st.Term
+			}
+		}
+		l = best
+		return l != nil, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("no leader: %w", err)
+	}
+	return l, nil
+}
+
+// waitHealthy waits until every member runs unpaused, one of them leads
+// and every member reports that leader and the same term, and returns
+// the leader's status.
+func (c *cluster) waitHealthy(ctx context.Context, timeout time.Duration) (nodeStatus, error) {
+	var lead nodeStatus
+	var why string
+	err := poll(ctx, timeout, func() (bool, error) {
+		why = ""
+		sts := make([]nodeStatus, len(c.members))
+		for i, m := range c.members {
+			if !m.isUp() {
+				return false, fmt.Errorf("%s is not running", m.id)
+			}
+			st, err := m.status()
+			if err != nil {
+				why = err.Error()
+				return false, nil
+			}
+			sts[i] = st
+		}
+		leaders := 0
+		for _, st := range sts {
+			if st.Role == "Leader" {
+				leaders++
+				lead = st
+			}
+		}
+		if leaders != 1 {
+			why = fmt.Sprintf("%d leaders", leaders)
+			return false, nil
+		}
+		for _, st := range sts {
+			if st.LeaderID != lead.ID || st.Term != lead.Term {
+				why = fmt.Sprintf("%s follows %q in term %d; %s leads in term %d", st.ID, st.LeaderID, st.Term, lead.ID, lead.Term)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return lead, fmt.Errorf("cluster not healthy within %v (%s): %w", timeout, why, err)
+	}
+	return lead, nil
+}
+
+// waitApplied waits until every member has applied index.
+func (c *cluster) waitApplied(ctx context.Context, index uint64, timeout time.Duration, only ...*member) error {
+	ms := c.members
+	if len(only) > 0 {
+		ms = only
+	}
+	var why string
+	err := poll(ctx, timeout, func() (bool, error) {
+		for _, m := range ms {
+			st, err := m.status()
+			if err != nil {
+				why = err.Error()
+				return false, nil
+			}
+			if st.AppliedIndex < index {
+				why = fmt.Sprintf("%s applied %d", m.id, st.AppliedIndex)
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		return fmt.Errorf("index %d not applied within %v (%s): %w", index, timeout, why, err)
+	}
+	return nil
+}
+
+// heal resumes paused members, lifts every partition, starts members that
+// are down, and waits until the cluster is healthy.
+func (c *cluster) heal(ctx context.Context) error {
+	for _, m := range c.members {
+		if err := m.resume(); err != nil {
+			return err
+		}
+	}
+	for _, m := range c.members {
+		if m.running() == nil {
+			if err := m.restart(); err != nil {
+				return err
+			}
+		}
+	}
+	if c.cfg.faults {
+		for _, m := range c.members {
+			if err := m.partition(nil); err != nil {
+				return err
+			}
+		}
+	}
+	_, err := c.waitHealthy(ctx, healthyTimeout)
+	return err
+}
+
+// killAll SIGKILLs every member.
+func (c *cluster) killAll() {
+	for _, m := range c.members {
+		if err := m.kill(); err != nil {
+			c.t.Logf("%v", err)
+		}
+	}
+}
+
+// shutdown kills and reaps every process of the cluster (t.Cleanup).
+func (c *cluster) shutdown() {
+	c.killAll()
+}
+
+// poll calls cond every pollInterval until it returns true or an error,
+// ctx ends or timeout passes. It is for waiting on other processes, which
+// cannot signal the test.
+func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	t := time.NewTicker(pollInterval)
+	defer t.Stop()
+	for {
+		ok, err := cond()
+		if err != nil || ok {
+			return err
+		}
+		if !time.Now().Before(deadline) {
+			return errors.New("timed out")
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+// copyLogs copies every member's log into dir.
+func (c *cluster) copyLogs(dir string) {
+	for _, m := range c.members {
+		b, err := os.ReadFile(m.logPath)
+		if err == nil {
+			os.WriteFile(filepath.Join(dir, m.id+".log"), b, 0o644)
+		}
+	}
+}
+
+// scanLogs returns a problem for every node log that holds a Go panic or
+// fatal runtime error.
+func (c *cluster) scanLogs() []string {
+	var out []string
+	for _, m := range c.members {
+		b, err := os.ReadFile(m.logPath)
+		if err != nil {
+			continue
+		}
+		for _, needle := range []string{"panic: ", "fatal error: ", "WARNING: DATA RACE"} {
+			if i := bytes.Index(b, []byte(needle)); i >= 0 {
+				end := min(len(b), i+2048)
+				out = append(out, fmt.Sprintf("node %s log holds %q:\n%s", m.id, strings.TrimSpace(needle), b[i:end]))
+			}
+		}
+	}
+	return out
+}
+
+// String names m for messages.
+func (m *member) String() string { return m.id }

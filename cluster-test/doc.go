@@ -1,0 +1,82 @@
+// Package clustertest runs raftlog clusters as real processes and breaks
+// them while clients use them, then checks what the clients saw. It holds
+// tests only; this file carries the package documentation.
+//
+// # What runs
+//
+// The tests build cmd/node once per test binary (without -race, so that
+// the servers run at full speed while the test code itself may run under
+// -race) and start 3- and 5-node clusters of `node serve` processes on
+// 127.0.0.1, each node with free ports, its own data dir under
+// t.TempDir() and its own log file. Only processes the test started are
+// ever signalled, and every one of them is killed and reaped when the
+// test ends, pass or fail (on Linux they also die with the test binary).
+//
+// Nemeses, alone (TestNemeses) and mixed at random from a seed
+// (TestRandomized, TestSoak), one at a time or a second one on another
+// node while the first holds: SIGKILL of the leader, of a follower, of a
+// random node and of every node at once, then restart; SIGTERM and
+// restart; SIGSTOP/SIGCONT pauses longer than the election timeout;
+// network partitions (majority/minority, isolated leader, and a bridge on
+// 5 nodes) through the nodes' fault-injection admin endpoint (node serve
+// --fault-injection); a failing disk (every write and fsync fails with
+// EIO), after which the node must stop serving; a full disk; and a node
+// whose data dir is wiped and which rejoins with --join under its old id
+// and addresses. TestWipedNodeRejoin runs one fixed schedule of the last
+// kind that makes its danger certain, TestAsyncFlushCrash SIGKILLs nodes
+// of a cluster running with --flush async, and TestFailoverGap measures
+// how long appends stop when the leader is SIGKILLed.
+//
+// The workload runs while the nemesis does: appenders through the default
+// Client (which retries, with a client id and sequence numbers), through a
+// Client that gives up after one short attempt, and with several records
+// per Append; linearizable reads of ranges with and without a MaxRecords
+// bound; stale reads from chosen nodes; and a tail. Every operation is
+// recorded with its call and return times on the monotonic clock and with
+// its result or error.
+//
+// # What the tests guarantee
+//
+// After the faults are healed and the cluster has converged, a run passes
+// only if all of the following hold:
+//
+//   - Every acknowledged append is present exactly once, at the index it
+//     was acknowledged with, on every node.
+//   - Every node's log (read with stale reads from each node) is identical.
+//   - Every record in the log, and every record any read or the tail
+//     returned, is one a client appended; no record appears twice.
+//   - Every read, linearizable or stale, returned exactly the final log's
+//     records in the range it covers ([from, next)), and the tail
+//     delivered the final log's records in order without gaps or repeats.
+//   - The history of appends and linearizable reads is linearizable
+//     (github.com/anishathalye/porcupine) with respect to an append-only
+//     log whose indexes increase but are not contiguous; see logModel.
+//   - No node exited unless the test stopped it or failed its disk, no
+//     node log holds a Go panic, a node whose disk failed stopped serving,
+//     and the cluster recovered (elected a leader everyone follows and
+//     served appends) within bounded time after every fault.
+//
+// A failing run reports its seed and writes the history, porcupine's HTML
+// visualisation, the final logs and the node logs to a directory under
+// os.TempDir() named raftlog-cluster-test-<seed>-<time>, whose path it
+// prints.
+//
+// # Running
+//
+//	go test -race ./cluster-test/                    # CI: fixed seeds, about 3 minutes
+//	go test -short ./cluster-test/                   # model tests only, no clusters
+//	RAFTLOG_SEED=42 go test -run TestRandomized -v ./cluster-test/
+//	RAFTLOG_SOAK=10m go test -run TestSoak -timeout 0 -v ./cluster-test/
+//	go test -run TestFailoverGap -v ./cluster-test/  # the failover figure
+//
+// RAFTLOG_NODE_BIN names a prebuilt node binary to use instead of building
+// cmd/node.
+//
+// # What it does not do
+//
+// It does not cut power or drop the page cache: a SIGKILLed process loses
+// its memory but not what it wrote to the kernel, so the async-flush test
+// shows that a process crash loses nothing acknowledged, not that a power
+// loss does not. It does not delay or reorder packets, skew clocks, or
+// change membership other than by rejoining a wiped node.
+package clustertest

@@ -1,0 +1,530 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/anishathalye/porcupine"
+
+	"github.com/raftlog/raftlog/client"
+)
+
+// runConfig describes one run: a cluster, a workload and a nemesis.
+type runConfig struct {
+	seed         uint64
+	nodes        int
+	flush        string      // "" or "async"
+	kinds        []faultKind // the nemeses to mix; none: no faults
+	duration     time.Duration
+	quiet        time.Duration    // fault-free end of the workload
+	hold         [2]time.Duration // a fault lasts between hold[0] and hold[1]
+	gap          time.Duration    // quiet spell between faults
+	overlap      float64          // probability of a second fault while one holds
+	workload     workloadConfig
+	checkTimeout time.Duration // porcupine gives up after this
+}
+
+func (rc runConfig) String() string {
+	flush := rc.flush
+	if flush == "" {
+		flush = "sync"
+	}
+	var kinds []string
+	for _, k := range rc.kinds {
+		kinds = append(kinds, string(k))
+	}
+	w := rc.workload
+	return fmt.Sprintf("seed %d: %d nodes, flush %s, %v, faults [%s] overlapping with probability %.2f, workload %d retrying + %d one-shot + %d batch appenders, %d readers, %d stale readers, tail %v",
+		rc.seed, rc.nodes, flush, rc.duration, strings.Join(kinds, " "), rc.overlap, w.retryAppenders, w.onceAppenders, w.batchAppenders, w.readers, w.staleReaders, w.tail)
+}
+
+// seededConfig derives a randomized run from seed: the cluster size, the
+// flush mode, the nemeses to mix and the workload's shape.
+func seededConfig(seed uint64, duration time.Duration) runConfig {
+	rng := rand.New(rand.NewPCG(seed, 0x636667))
+	rc := runConfig{
+		seed:         seed,
+		nodes:        3,
+		duration:     duration,
+		quiet:        3 * time.Second,
+		hold:         [2]time.Duration{time.Second, 2500 * time.Millisecond},
+		gap:          time.Duration(200+rng.IntN(800)) * time.Millisecond,
+		checkTimeout: 2 * time.Minute,
+	}
+	if rng.IntN(3) == 0 {
+		rc.nodes = 5
+	}
+	if rng.IntN(2) == 0 {
+		rc.overlap = 0.4
+	}
+	if rng.IntN(4) == 0 {
+		rc.flush = "async"
+	}
+	perm := rng.Perm(len(allFaults))
+	for _, p := range perm[:4+rng.IntN(len(allFaults)-3)] {
+		rc.kinds = append(rc.kinds, allFaults[p])
+	}
+	rc.workload = workloadConfig{
+		duration:       duration,
+		retryAppenders: 1 + rng.IntN(3),
+		onceAppenders:  1 + rng.IntN(2),
+		batchAppenders: rng.IntN(2),
+		readers:        1 + rng.IntN(2),
+		staleReaders:   rng.IntN(2),
+		tail:           true,
+		opsPerWorker:   200,
+	}
+	rc.workload.think = duration / time.Duration(rc.workload.opsPerWorker)
+	return rc
+}
+
+// runStats is what a run did, for summaries.
+type runStats struct {
+	ops          int // operations recorded
+	checked      int // operations in the linearizability check
+	faults       map[faultKind]int
+	violations   int
+	inconclusive bool // porcupine gave up
+	checkTime    time.Duration
+	dir          string // where a failing run wrote its artefacts
+}
+
+// runCluster runs rc on a new cluster, checks the history and reports
+// violations, with the seed and the path of the artefacts, as errors of t.
+func runCluster(t *testing.T, rc runConfig) runStats {
+	t.Helper()
+	nodeBinary(t)
+	kinds := usableFaults(rc.kinds, rc.nodes, binFaults)
+	if left := leftOut(rc.kinds, kinds); len(left) > 0 {
+		t.Logf("leaving out %v: too few nodes, or node serve has no --fault-injection", left)
+	}
+	inject := false
+	for _, k := range kinds {
+		inject = inject || k.needsFaultInjection()
+	}
+	t.Logf("run %v", rc)
+	c := newCluster(t, clusterConfig{nodes: rc.nodes, flush: rc.flush, faults: inject})
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	w, err := startWorkload(ctx, c, rec, rc.workload, rc.seed)
+	if err != nil {
+		t.Fatalf("seed %d: starting the workload: %v", rc.seed, err)
+	}
+	nm := newNemesis(c, rec, rc.seed, rc.hold, rc.overlap, w.probe)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		nm.run(ctx, kinds, w.deadline.Add(-rc.quiet), rc.gap)
+	}()
+	<-done
+	return verify(t, verification{
+		c: c, rec: rec, w: w, seed: rc.seed, what: "run " + rc.String(),
+		replay:       fmt.Sprintf("RAFTLOG_SEED=%d go test -run TestRandomized -v ./cluster-test/ (the schedule replays; timing does not)", rc.seed),
+		problems:     nm.failures(),
+		faults:       nm.faultCounts(),
+		checkTimeout: rc.checkTimeout,
+	})
+}
+
+// verification is what verify needs of a run.
+type verification struct {
+	c            *cluster
+	rec          *recorder
+	w            *workload // nil when the test appended on its own
+	seed         uint64
+	what         string   // the run, for the report
+	replay       string   // how to run it again
+	problems     []string // found during the run
+	faults       map[faultKind]int
+	checkTimeout time.Duration
+}
+
+// verify heals the cluster, checks that it serves appends again, waits for
+// the workload, reads every node's final log and runs every check. It
+// reports violations as errors of t, with the seed and the path of a
+// directory holding the history, porcupine's visualisation, the final logs
+// and the node logs.
+func verify(t *testing.T, v verification) runStats {
+	t.Helper()
+	ctx := context.Background()
+	c, rec := v.c, v.rec
+	problems := v.problems
+	if err := c.heal(ctx); err != nil {
+		problems = append(problems, "the cluster did not recover after the faults were healed: "+err.Error())
+	}
+	healed := rec.now()
+	if v.w != nil {
+		v.w.probe(ctx)
+	} else if err := livenessAppend(ctx, c, rec); err != nil {
+		problems = append(problems, "liveness: "+err.Error())
+	}
+	h := rec.snapshot()
+	if !ackedAfter(h, healed) {
+		problems = append(problems, fmt.Sprintf("liveness: no append acknowledged within %v after the cluster healed at %s", opTimeout, fmtNanos(healed)))
+	}
+	if v.w != nil {
+		v.w.wait()
+	}
+
+	logs, err := c.finalLogs(ctx)
+	if err != nil {
+		problems = append(problems, "reading the final logs: "+err.Error())
+	}
+	h = rec.snapshot()
+	res := checkRun(h, logs, v.checkTimeout)
+	problems = append(problems, res.violations...)
+	problems = append(problems, c.takeProblems()...)
+	problems = append(problems, c.scanLogs()...)
+	for _, n := range dedupe(c.takeNotes()) {
+		t.Logf("note: %s", n)
+	}
+
+	st := runStats{ops: len(h.Ops), checked: res.checkedOps, faults: v.faults, violations: len(problems),
+		inconclusive: res.linearizable == porcupine.Unknown, checkTime: res.checkTime}
+	t.Logf("seed %d: %s; %d checked for linearizability: %s in %v; faults %s; %d violations",
+		v.seed, describeOps(h), st.checked, res.linearizable, res.checkTime.Round(time.Millisecond), formatCounts(st.faults), len(problems))
+	if st.inconclusive {
+		t.Logf("seed %d: porcupine gave up after %v: linearizability not decided", v.seed, v.checkTimeout)
+	}
+	if len(problems) > 0 {
+		header := fmt.Sprintf("%s\n%d violations:", v.what, len(problems))
+		dir, err := artefactDir(v.seed)
+		if err == nil {
+			err = writeArtefacts(dir, c, h, logs, res, header+"\n"+strings.Join(problems, "\n"))
+		}
+		if err != nil {
+			t.Logf("writing the artefacts: %v", err)
+		}
+		st.dir = dir
+		t.Errorf("FAILED seed %d: %s\nreplay: %s\nhistory, porcupine visualisation, final logs and node logs: %s\n%s",
+			v.seed, header, v.replay, dir, strings.Join(problems, "\n"))
+	}
+	return st
+}
+
+// livenessAppend appends one record through a new Client and records it.
+func livenessAppend(ctx context.Context, c *cluster, rec *recorder) error {
+	cl, err := client.Dial(ctx, c.clientAddrs(), nil)
+	if err != nil {
+		return err
+	}
+	defer cl.Close()
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	_, err = appendRecorded(ctx, cl, rec, 0, fmt.Sprintf("liveness-%d", rec.now()))
+	return err
+}
+
+// appendRecorded appends one record and records the operation on lane.
+func appendRecorded(ctx context.Context, cl *client.Client, rec *recorder, lane int, data string) (uint64, error) {
+	op := &operation{Lane: lane, Kind: kindAppend, Record: data}
+	op.Call = rec.now()
+	idx, err := cl.Append(ctx, []byte(data))
+	op.Return = rec.now()
+	if err != nil {
+		op.Err = err.Error()
+	} else {
+		op.OK, op.Index = true, idx[0]
+	}
+	rec.add(op)
+	if err != nil {
+		return 0, err
+	}
+	return op.Index, nil
+}
+
+// leftOut returns the kinds of all that are not in some.
+func leftOut(all, some []faultKind) []faultKind {
+	var out []faultKind
+	for _, k := range all {
+		found := false
+		for _, x := range some {
+			found = found || x == k
+		}
+		if !found {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// ackedAfter reports whether h holds an append acknowledged after t.
+func ackedAfter(h history, t int64) bool {
+	for _, op := range h.Ops {
+		if op.Kind == kindAppend && op.OK && op.Return >= t {
+			return true
+		}
+	}
+	return false
+}
+
+// describeOps counts a history's operations by kind and outcome.
+func describeOps(h history) string {
+	count := map[string]int{}
+	for _, op := range h.Ops {
+		outcome := "ok"
+		if !op.OK {
+			outcome = "failed"
+		}
+		count[op.Kind+" "+outcome]++
+	}
+	tail, tailErrs := 0, 0
+	for _, ev := range h.Tail {
+		if ev.Record != nil {
+			tail++
+		} else {
+			tailErrs++
+		}
+	}
+	return fmt.Sprintf("%d operations: appends %d acknowledged, %d unknown; reads %d ok, %d failed; stale reads %d ok, %d failed; tail %d records, %d errors",
+		len(h.Ops), count["append ok"], count["append failed"], count["read ok"], count["read failed"],
+		count["stale-read ok"], count["stale-read failed"], tail, tailErrs)
+}
+
+func dedupe(ss []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, s := range ss {
+		if !seen[s] {
+			seen[s] = true
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// formatCounts formats fault counts in a fixed order.
+func formatCounts(m map[faultKind]int) string {
+	var parts []string
+	for _, k := range allFaults {
+		if m[k] > 0 {
+			parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+		}
+	}
+	if len(parts) == 0 {
+		return "none"
+	}
+	return strings.Join(parts, " ")
+}
+
+// finalLogs waits until every node has applied what the leader has
+// committed, then reads each node's whole log with stale reads from that
+// node, up to that commit index (appends that commit later were never
+// seen by any operation).
+func (c *cluster) finalLogs(ctx context.Context) ([]nodeLog, error) {
+	lead, err := c.waitHealthy(ctx, healthyTimeout)
+	if err != nil {
+		return nil, err
+	}
+	upTo := lead.CommitIndex
+	if err := c.waitApplied(ctx, upTo, catchUpTimeout); err != nil {
+		return nil, err
+	}
+	cl, err := client.Dial(ctx, c.clientAddrs(), &client.Options{RetryTimeout: 20 * time.Second})
+	if err != nil {
+		return nil, err
+	}
+	defer cl.Close()
+	var logs []nodeLog
+	for _, m := range c.members {
+		l := nodeLog{Node: m.id}
+		var from uint64
+	read:
+		for range 100_000 {
+			recs, next, err := cl.Read(ctx, from, client.ReadOptions{Stale: true, Addr: m.clientAddr, MaxRecords: 4096})
+			if err != nil {
+				l.Err = err.Error()
+				break
+			}
+			for _, r := range recs {
+				if r.Index > upTo {
+					break read
+				}
+				l.Entries = append(l.Entries, entry{Index: r.Index, Data: string(r.Data)})
+			}
+			if len(recs) == 0 || next > upTo {
+				break
+			}
+			from = next
+		}
+		logs = append(logs, l)
+	}
+	return logs, nil
+}
+
+// ciSeeds are the seeds of TestRandomized in CI.
+var ciSeeds = []uint64{1, 7}
+
+// envSeed returns RAFTLOG_SEED, if set.
+func envSeed(t *testing.T) (uint64, bool) {
+	s := os.Getenv("RAFTLOG_SEED")
+	if s == "" {
+		return 0, false
+	}
+	seed, err := strconv.ParseUint(s, 10, 64)
+	if err != nil {
+		t.Fatalf("RAFTLOG_SEED=%q: %v", s, err)
+	}
+	return seed, true
+}
+
+// TestRandomized runs randomized runs from a fixed list of seeds, in
+// parallel, or the one seed in RAFTLOG_SEED: each seed picks the cluster
+// size, flush mode, nemeses and workload, and the nemesis schedule.
+func TestRandomized(t *testing.T) {
+	skipShort(t)
+	seeds := ciSeeds
+	duration := 20 * time.Second
+	if s, ok := envSeed(t); ok {
+		seeds = []uint64{s}
+		duration = 30 * time.Second
+	}
+	for _, seed := range seeds {
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			t.Parallel()
+			runCluster(t, seededConfig(seed, duration))
+		})
+	}
+}
+
+// TestNemeses runs each nemesis on its own against a small workload, on
+// a cluster of its own; the subtests run in parallel (go test -parallel).
+func TestNemeses(t *testing.T) {
+	skipShort(t)
+	nodeBinary(t)
+	const duration = 8 * time.Second
+	for i, k := range allFaults {
+		t.Run(string(k), func(t *testing.T) {
+			if k.needsFaultInjection() && !binFaults {
+				t.Skip("node serve has no --fault-injection flag yet")
+			}
+			t.Parallel() // two small clusters at a time: they mostly wait
+			runCluster(t, runConfig{
+				seed:     uint64(100 + i),
+				nodes:    k.minNodes(),
+				kinds:    []faultKind{k},
+				duration: duration,
+				quiet:    2 * time.Second,
+				hold:     [2]time.Duration{time.Second, 1500 * time.Millisecond},
+				gap:      300 * time.Millisecond,
+				workload: workloadConfig{
+					duration:       duration,
+					retryAppenders: 2,
+					onceAppenders:  1,
+					batchAppenders: 1,
+					readers:        1,
+					staleReaders:   1,
+					tail:           true,
+					opsPerWorker:   100,
+					think:          duration / 100,
+				},
+				checkTimeout: time.Minute,
+			})
+		})
+	}
+}
+
+// TestAsyncFlushCrash runs a cluster with --flush async and SIGKILLs its
+// nodes, one at a time and all at once: a process crash keeps what the
+// process wrote in the page cache, so nothing acknowledged may be lost.
+// (A power loss could lose it; this test cannot show that and does not.)
+func TestAsyncFlushCrash(t *testing.T) {
+	skipShort(t)
+	const duration = 15 * time.Second
+	runCluster(t, runConfig{
+		seed:     31,
+		nodes:    3,
+		flush:    "async",
+		kinds:    []faultKind{faultKillLeader, faultKillRandom, faultKillAll},
+		overlap:  0.3,
+		duration: duration,
+		quiet:    2 * time.Second,
+		hold:     [2]time.Duration{200 * time.Millisecond, time.Second},
+		gap:      300 * time.Millisecond,
+		workload: workloadConfig{
+			duration:       duration,
+			retryAppenders: 3,
+			onceAppenders:  1,
+			batchAppenders: 1,
+			readers:        1,
+			tail:           true,
+			opsPerWorker:   300,
+			think:          duration / 300,
+		},
+		checkTimeout: time.Minute,
+	})
+}
+
+// TestSoak runs randomized runs with new seeds for RAFTLOG_SOAK (a
+// duration) and prints a summary: duration, operations checked, faults
+// injected per kind, violations. Without RAFTLOG_SOAK it is skipped.
+func TestSoak(t *testing.T) {
+	skipShort(t)
+	s := os.Getenv("RAFTLOG_SOAK")
+	if s == "" {
+		t.Skip("set RAFTLOG_SOAK=<duration> to soak")
+	}
+	total, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatalf("RAFTLOG_SOAK=%q: %v", s, err)
+	}
+	start := time.Now()
+	end := start.Add(total)
+	if d, ok := t.Deadline(); ok && d.Add(-2*time.Minute).Before(end) {
+		end = d.Add(-2 * time.Minute)
+		t.Logf("go test's -timeout cuts the soak to %v; use -timeout 0", time.Until(end).Round(time.Second))
+	}
+	var (
+		runs, ops, checked, violations, inconclusive int
+		faults                                       = map[faultKind]int{}
+		failed                                       []string
+	)
+	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 0))
+	for {
+		seed := rng.Uint64() % 1_000_000_000
+		rc := seededConfig(seed, time.Duration(20+rand.N(21))*time.Second)
+		if time.Now().Add(rc.duration + 30*time.Second).After(end) {
+			break
+		}
+		runs++
+		t.Run(fmt.Sprintf("seed-%d", seed), func(t *testing.T) {
+			st := runCluster(t, rc)
+			ops += st.ops
+			checked += st.checked
+			violations += st.violations
+			if st.inconclusive {
+				inconclusive++
+			}
+			for k, v := range st.faults {
+				faults[k] += v
+			}
+			if st.violations > 0 {
+				failed = append(failed, fmt.Sprintf("seed %d: %d violations, artefacts in %s", seed, st.violations, st.dir))
+			}
+		})
+	}
+	var kinds []string
+	for k := range faults {
+		kinds = append(kinds, string(k))
+	}
+	sort.Strings(kinds)
+	total2 := 0
+	for _, v := range faults {
+		total2 += v
+	}
+	summary := fmt.Sprintf("soak summary: %v, %d runs with new seeds, %d operations recorded, %d checked for linearizability (%d checks inconclusive), %d faults injected (%s), %d violations",
+		time.Since(start).Round(time.Second), runs, ops, checked, inconclusive, total2, formatCounts(faults), violations)
+	if len(failed) > 0 {
+		summary += "\nfailing seeds:\n  " + strings.Join(failed, "\n  ")
+	}
+	t.Log(summary)
+	fmt.Println(summary)
+}

@@ -1,0 +1,342 @@
+package clustertest
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/raftlog/raftlog/client"
+)
+
+// workloadConfig sizes a workload. Every worker stops after opsPerWorker
+// operations or duration, whichever comes first, and every operation is
+// bounded by opTimeout.
+type workloadConfig struct {
+	duration       time.Duration
+	retryAppenders int           // single-record appends through one shared default Client
+	onceAppenders  int           // single-record appends, each worker with a Client that gives up after one short attempt
+	batchAppenders int           // appends of batchSize records through a default Client each
+	readers        int           // linearizable reads through one shared default Client
+	staleReaders   int           // stale reads from chosen nodes
+	tail           bool          // a tail from the start of the log
+	opsPerWorker   int           // operation bound per worker
+	think          time.Duration // mean pause between a worker's operations; 0: none
+}
+
+const (
+	batchSize = 3
+	opTimeout = 20 * time.Second // bounds one operation, retries included
+)
+
+// Options of the Clients that do not retry (beyond following a leader
+// redirect within the attempt): an append whose attempt fails stays
+// unknown.
+var onceOptions = &client.Options{RequestTimeout: time.Second, RetryTimeout: time.Second}
+
+// Options of the stale readers' Client: a stale read goes to one node and
+// should not wait long for a dead one.
+var staleOptions = &client.Options{RequestTimeout: time.Second, RetryTimeout: 2 * time.Second}
+
+// readMaxes are the MaxRecords bounds readers choose from.
+var readMaxes = []uint32{1, 2, 5, 20, 100, 1000}
+
+// workload runs clients against a cluster and records their operations.
+type workload struct {
+	c        *cluster
+	rec      *recorder
+	cfg      workloadConfig
+	seed     uint64
+	deadline time.Time
+
+	stopCh   chan struct{} // closed by stop
+	stopOnce sync.Once
+
+	maxIndex atomic.Uint64 // highest index acknowledged or read, to aim reads
+	lanes    int           // lanes handed out; owned by startWorkload
+	clients  []*client.Client
+	wg       sync.WaitGroup
+
+	probeClient *client.Client // immutable
+	probeLane   int            // immutable
+	probeMu     sync.Mutex     // serialises probe calls and guards probeN
+	probeN      int
+}
+
+// startWorkload dials the clients and starts the workers; wait waits for
+// them. Workers stop when ctx ends too.
+func startWorkload(ctx context.Context, c *cluster, rec *recorder, cfg workloadConfig, seed uint64) (*workload, error) {
+	w := &workload{c: c, rec: rec, cfg: cfg, seed: seed, deadline: time.Now().Add(cfg.duration), stopCh: make(chan struct{})}
+	dial := func(opts *client.Options) (*client.Client, error) {
+		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		cl, err := client.Dial(dctx, c.clientAddrs(), opts)
+		if err != nil {
+			return nil, err
+		}
+		w.clients = append(w.clients, cl)
+		return cl, nil
+	}
+	fail := func(err error) (*workload, error) {
+		for _, cl := range w.clients {
+			cl.Close()
+		}
+		return nil, err
+	}
+	if cfg.retryAppenders > 0 {
+		cl, err := dial(nil)
+		if err != nil {
+			return fail(err)
+		}
+		for range cfg.retryAppenders {
+			w.spawn(ctx, 1, func(ctx context.Context, lane int, rng *rand.Rand, i int) { w.appendOne(ctx, cl, lane, i) })
+		}
+	}
+	for range cfg.onceAppenders {
+		cl, err := dial(onceOptions)
+		if err != nil {
+			return fail(err)
+		}
+		w.spawn(ctx, 1, func(ctx context.Context, lane int, rng *rand.Rand, i int) { w.appendOne(ctx, cl, lane, i) })
+	}
+	for range cfg.batchAppenders {
+		cl, err := dial(nil)
+		if err != nil {
+			return fail(err)
+		}
+		w.spawn(ctx, batchSize, func(ctx context.Context, lane int, rng *rand.Rand, i int) { w.appendBatch(ctx, cl, lane, i) })
+	}
+	if cfg.readers > 0 {
+		cl, err := dial(nil)
+		if err != nil {
+			return fail(err)
+		}
+		for range cfg.readers {
+			w.spawn(ctx, 1, func(ctx context.Context, lane int, rng *rand.Rand, i int) { w.read(ctx, cl, lane, rng, "") })
+		}
+	}
+	if cfg.staleReaders > 0 {
+		cl, err := dial(staleOptions)
+		if err != nil {
+			return fail(err)
+		}
+		for range cfg.staleReaders {
+			w.spawn(ctx, 1, func(ctx context.Context, lane int, rng *rand.Rand, i int) {
+				m := c.members[rng.IntN(len(c.members))]
+				w.read(ctx, cl, lane, rng, m.clientAddr)
+			})
+		}
+	}
+	cl, err := dial(nil)
+	if err != nil {
+		return fail(err)
+	}
+	w.probeClient, w.probeLane = cl, w.lanes
+	w.lanes++
+	if cfg.tail {
+		cl, err := dial(nil)
+		if err != nil {
+			return fail(err)
+		}
+		w.wg.Add(1)
+		go w.runTail(ctx, cl)
+	}
+	return w, nil
+}
+
+// spawn starts a worker that owns lanes lanes and calls op for each of
+// its operations.
+func (w *workload) spawn(ctx context.Context, lanes int, op func(ctx context.Context, lane int, rng *rand.Rand, i int)) {
+	lane := w.lanes
+	w.lanes += lanes
+	rng := rand.New(rand.NewPCG(w.seed, uint64(lane)))
+	w.wg.Add(1)
+	go func() {
+		defer w.wg.Done()
+		for i := 0; i < w.cfg.opsPerWorker; i++ {
+			if !w.pause(ctx, rng) {
+				return
+			}
+			octx, cancel := context.WithTimeout(ctx, opTimeout)
+			op(octx, lane, rng, i)
+			cancel()
+		}
+	}()
+}
+
+// pause waits a random think time; false when the worker should stop.
+func (w *workload) pause(ctx context.Context, rng *rand.Rand) bool {
+	if ctx.Err() != nil || !time.Now().Before(w.deadline) || w.stopped() {
+		return false
+	}
+	if w.cfg.think <= 0 {
+		return true
+	}
+	t := time.NewTimer(time.Duration(rng.Int64N(int64(2 * w.cfg.think))))
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return time.Now().Before(w.deadline) && !w.stopped()
+	case <-ctx.Done():
+		return false
+	case <-w.stopCh:
+		return false
+	}
+}
+
+// stop makes the workers stop before the deadline: each finishes the
+// operation it runs and starts no other.
+func (w *workload) stop() { w.stopOnce.Do(func() { close(w.stopCh) }) }
+
+func (w *workload) stopped() bool {
+	select {
+	case <-w.stopCh:
+		return true
+	default:
+		return false
+	}
+}
+
+// probe appends one record on the probe lane, for nemeses that need the
+// nodes to write. Calls are serialised.
+func (w *workload) probe(ctx context.Context) {
+	w.probeMu.Lock()
+	defer w.probeMu.Unlock()
+	ctx, cancel := context.WithTimeout(ctx, opTimeout)
+	defer cancel()
+	w.appendOne(ctx, w.probeClient, w.probeLane, w.probeN)
+	w.probeN++
+}
+
+// wait waits for every worker and closes the clients.
+func (w *workload) wait() {
+	w.wg.Wait()
+	for _, cl := range w.clients {
+		cl.Close()
+	}
+}
+
+func (w *workload) noteIndex(i uint64) {
+	for {
+		cur := w.maxIndex.Load()
+		if i <= cur || w.maxIndex.CompareAndSwap(cur, i) {
+			return
+		}
+	}
+}
+
+// appendOne appends one record.
+func (w *workload) appendOne(ctx context.Context, cl *client.Client, lane, i int) {
+	if idx, err := appendRecorded(ctx, cl, w.rec, lane, fmt.Sprintf("w%d-%d", lane, i)); err == nil {
+		w.noteIndex(idx)
+	}
+}
+
+// appendBatch appends batchSize records in one Append; each is recorded
+// as an operation of its own lane, since each record is a raft entry of
+// its own that other appends may come between.
+func (w *workload) appendBatch(ctx context.Context, cl *client.Client, lane, i int) {
+	recs := make([][]byte, batchSize)
+	ops := make([]*operation, batchSize)
+	for k := range recs {
+		ops[k] = &operation{Lane: lane + k, Kind: kindAppend, Record: fmt.Sprintf("w%d-%d.%d", lane, i, k), Batch: lane*1_000_000 + i + 1}
+		recs[k] = []byte(ops[k].Record)
+	}
+	call := w.rec.now()
+	idx, err := cl.Append(ctx, recs...)
+	ret := w.rec.now()
+	for k, op := range ops {
+		op.Call, op.Return = call, ret
+		if err != nil {
+			op.Err = err.Error()
+		} else {
+			op.OK, op.Index = true, idx[k]
+			w.noteIndex(op.Index)
+		}
+		w.rec.add(op)
+	}
+}
+
+// read reads a range: linearizable when addr is "", stale from addr
+// otherwise.
+func (w *workload) read(ctx context.Context, cl *client.Client, lane int, rng *rand.Rand, addr string) {
+	hi := w.maxIndex.Load()
+	var from uint64
+	switch r := rng.IntN(10); {
+	case r < 4: // the recent past
+		from = hi - min(hi, rng.Uint64N(40))
+	case r < 7: // anywhere
+		from = rng.Uint64N(hi + 1)
+	case r < 8: // the whole log
+		from = 0
+	default: // at or past the end
+		from = hi + 1 + rng.Uint64N(3)
+	}
+	op := &operation{Lane: lane, Kind: kindRead, From: from, Max: readMaxes[rng.IntN(len(readMaxes))]}
+	opts := client.ReadOptions{MaxRecords: op.Max}
+	if addr != "" {
+		op.Kind, op.Node = kindStaleRead, w.nodeOf(addr)
+		opts.Stale, opts.Addr = true, addr
+	}
+	op.Call = w.rec.now()
+	recs, next, err := cl.Read(ctx, from, opts)
+	op.Return = w.rec.now()
+	if err != nil {
+		op.Err = err.Error()
+	} else {
+		op.OK, op.Records, op.Next = true, entries(recs), next
+		if n := len(recs); n > 0 {
+			w.noteIndex(recs[n-1].Index)
+		}
+	}
+	w.rec.add(op)
+}
+
+func (w *workload) nodeOf(addr string) string {
+	for _, m := range w.c.members {
+		if m.clientAddr == addr {
+			return m.id
+		}
+	}
+	return addr
+}
+
+// runTail follows the log from its start until the deadline.
+func (w *workload) runTail(ctx context.Context, cl *client.Client) {
+	defer w.wg.Done()
+	tctx, cancel := context.WithDeadline(ctx, w.deadline)
+	defer cancel()
+	go func() {
+		select {
+		case <-w.stopCh:
+			cancel()
+		case <-tctx.Done():
+		}
+	}()
+	tail := cl.Tail(tctx, 0, client.TailOptions{MaxRecords: 50})
+	defer tail.Close()
+	for errs := 0; tctx.Err() == nil && errs < 100; {
+		rec, err := tail.Next()
+		at := w.rec.now()
+		if err != nil {
+			if tctx.Err() != nil {
+				return
+			}
+			// Next retries for RetryTimeout before it fails; an error
+			// that retrying cannot help comes at once, so wait a little.
+			errs++
+			w.rec.addTail(tailEvent{At: at, Err: err.Error()})
+			t := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-t.C:
+			case <-tctx.Done():
+			}
+			t.Stop()
+			continue
+		}
+		e := entry{Index: rec.Index, Data: string(rec.Data)}
+		w.rec.addTail(tailEvent{At: at, Record: &e})
+	}
+}
