@@ -16,7 +16,7 @@ const (
 	DefaultRequestTimeout     = 10 * time.Second
 	DefaultRetryTimeout       = 30 * time.Second
 	DefaultMinBackoff         = 10 * time.Millisecond
-	DefaultMaxBackoff         = time.Second
+	DefaultMaxBackoff         = 250 * time.Millisecond
 	DefaultMaxInFlightAppends = 512
 )
 
