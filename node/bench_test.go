@@ -11,6 +11,7 @@ import (
 
 	"github.com/hashicorp/go-hclog"
 
+	"github.com/raftlog/raftlog/client"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -23,13 +24,24 @@ func BenchmarkAppend(b *testing.B) {
 	for _, flush := range []FlushMode{FlushSync, FlushAsync} {
 		for _, clients := range []int{1, 16, 64} {
 			b.Run(fmt.Sprintf("%s/clients=%d", flush, clients), func(b *testing.B) {
-				benchAppend(b, flush, clients)
+				benchAppend(b, flush, clients, false)
 			})
 		}
 	}
 }
 
-func benchAppend(b *testing.B, flush FlushMode, clients int) {
+// BenchmarkAppendGoClient is BenchmarkAppend/*/clients=64 through the Go
+// client (leader following, sessions, retries) rather than a bare
+// protocol connection.
+func BenchmarkAppendGoClient(b *testing.B) {
+	for _, flush := range []FlushMode{FlushSync, FlushAsync} {
+		b.Run(fmt.Sprintf("%s/clients=64", flush), func(b *testing.B) {
+			benchAppend(b, flush, 64, true)
+		})
+	}
+}
+
+func benchAppend(b *testing.B, flush FlushMode, clients int, goClient bool) {
 	c := newBenchCluster(b, flush)
 	leader := c.waitLeader()
 	conn, err := transport.Dial(context.Background(), leader.ClientAddr(), nil)
@@ -37,6 +49,18 @@ func benchAppend(b *testing.B, flush FlushMode, clients int) {
 		b.Fatal(err)
 	}
 	defer conn.Close()
+	cl, err := client.Dial(context.Background(), []string{leader.ClientAddr()}, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer cl.Close()
+	appendOne := func(rec []byte) error {
+		if goClient {
+			_, err := cl.Append(context.Background(), rec)
+			return err
+		}
+		return conn.Call(context.Background(), transport.OpAppend, &transport.AppendRequest{Records: [][]byte{rec}}, &transport.AppendResponse{})
+	}
 	rec := make([]byte, 1024)
 	var (
 		next atomic.Int64
@@ -55,8 +79,7 @@ func benchAppend(b *testing.B, flush FlushMode, clients int) {
 			var mine []time.Duration
 			for next.Add(1) <= int64(b.N) {
 				t0 := time.Now()
-				err := conn.Call(context.Background(), transport.OpAppend, &transport.AppendRequest{Records: [][]byte{rec}}, &transport.AppendResponse{})
-				if err != nil {
+				if err := appendOne(rec); err != nil {
 					fail.Store(&err)
 					return
 				}

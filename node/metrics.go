@@ -84,9 +84,6 @@ func raftBridge() (*gmprom.PrometheusSink, error) {
 		conf.EnableHostnameLabel = false
 		conf.EnableRuntimeMetrics = false
 		conf.EnableServiceLabel = false
-		// raftstore's go-metrics are exported natively (raftlog_store_*);
-		// bridging them too would cost a quantile-stream update per entry.
-		conf.BlockedPrefixes = []string{"raftlog.raftstore."}
 		_, bridgeErr = gometrics.NewGlobal(conf, bridge)
 	})
 	return bridge, bridgeErr

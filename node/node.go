@@ -116,7 +116,9 @@ func (n *Node) start(ctx context.Context) (err error) {
 	}
 	n.metrics = newNodeMetrics()
 	n.space = &spaceGuard{dir: c.DataDir, reserve: c.MinFreeBytes, free: statfsFree(c.DataDir)}
-	opts := &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize, Metrics: n.metrics}
+	// The store's metrics are exported natively (raftlog_store_*), not
+	// through go-metrics, whose bridge costs a quantile update per sample.
+	opts := &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize, Metrics: n.metrics, NoGoMetrics: true}
 	if c.FaultInjection {
 		n.faults.fs = &faultFS{FS: vfs.Default}
 		opts.FS = n.faults.fs

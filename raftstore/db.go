@@ -70,7 +70,7 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 	}
 	db := &DB{dir: dir, opts: o, fs: o.FS, groups: map[uint64]*Store{}}
 	db.m = newMetricsSink(o.MetricsPrefix)
-	db.m.tee = o.Metrics
+	db.m.tee, db.m.off = o.Metrics, o.NoGoMetrics
 	if db.stable, err = openStable(o.FS, dir); err != nil {
 		return nil, err
 	}

@@ -25,6 +25,7 @@ import (
 //	                    (Store.PinnedBytes), set at every checkpoint
 type metricsSink struct {
 	tee    commitlog.Metrics // Options.Metrics, or nil
+	off    bool              // Options.NoGoMetrics
 	prefix []string
 	keys   map[string][]string // immutable after construction
 }
@@ -56,6 +57,9 @@ func (m *metricsSink) IncCounter(name string, delta uint64) {
 	if m.tee != nil {
 		m.tee.IncCounter(name, delta)
 	}
+	if m.off {
+		return
+	}
 	metrics.IncrCounter(m.key(name), float32(delta))
 }
 
@@ -64,6 +68,9 @@ func (m *metricsSink) Observe(name string, v float64) {
 	if m.tee != nil {
 		m.tee.Observe(name, v)
 	}
+	if m.off {
+		return
+	}
 	if name == commitlog.MetricSyncSeconds {
 		v *= 1000 // go-metrics timers are in milliseconds
 	}
@@ -71,16 +78,25 @@ func (m *metricsSink) Observe(name string, v float64) {
 }
 
 func (m *metricsSink) storeLogs(start time.Time, entries, bytes int) {
+	if m.off {
+		return
+	}
 	metrics.MeasureSince(m.keys["store_logs"], start)
 	metrics.IncrCounter(m.keys["entries_stored"], float32(entries))
 	metrics.IncrCounter(m.keys["bytes_stored"], float32(bytes))
 }
 
 func (m *metricsSink) getLog(start time.Time) {
+	if m.off {
+		return
+	}
 	metrics.MeasureSince(m.keys["get_log"], start)
 }
 
 func (m *metricsSink) pinned(group uint64, bytes int64) {
+	if m.off {
+		return
+	}
 	metrics.SetGaugeWithLabels(m.keys["pinned_bytes"], float32(bytes),
 		[]metrics.Label{{Name: "group", Value: strconv.FormatUint(group, 10)}})
 }

@@ -41,6 +41,9 @@ type Options struct {
 	// commitlog.Metrics), for example to export them as Prometheus
 	// histograms; they go to go-metrics in any case.
 	Metrics commitlog.Metrics
+	// NoGoMetrics stops the reports to go-metrics, for a caller that
+	// exports Metrics itself and would pay for both.
+	NoGoMetrics bool
 	// FS is the file system (default the operating system's); tests pass
 	// a faultfs.FS.
 	FS vfs.FS
