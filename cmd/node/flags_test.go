@@ -236,3 +236,20 @@ func TestHelp(t *testing.T) {
 		t.Errorf("remove -h: only --addrs and --timeout come from the environment:\n%s", s)
 	}
 }
+
+func TestServeLimitFlags(t *testing.T) {
+	e, _, _ := testEnv(map[string]string{"RAFTLOG_IDLE_TIMEOUT": "90s"})
+	o, err := parseServe(e, []string{"--id", "n1", "--data-dir", "d", "--max-frame-size", "1MiB", "--max-record-size", "64KiB",
+		"--max-in-flight", "7", "--frame-timeout", "2s", "--write-timeout", "3s", "--max-conns", "9", "--min-free", "1GiB"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := o.cfg.Limits
+	if l.MaxFrameSize != 1<<20 || l.MaxRecordSize != 64<<10 || l.MaxInFlight != 7 || l.IdleTimeout != 90*time.Second ||
+		l.FrameTimeout != 2*time.Second || l.WriteTimeout != 3*time.Second || o.cfg.MaxConns != 9 || o.cfg.MinFreeBytes != 1<<30 {
+		t.Fatalf("limits %+v, max conns %d, min free %d", l, o.cfg.MaxConns, o.cfg.MinFreeBytes)
+	}
+	if _, err := parseServe(e, []string{"--id", "n1", "--data-dir", "d", "--max-in-flight", "-1"}); err == nil {
+		t.Fatal("negative --max-in-flight accepted")
+	}
+}

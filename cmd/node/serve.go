@@ -59,6 +59,12 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.Var(durationValue{&c.RetentionAge}, "retention-age", "trim records older than this `duration` (36h, 7d); 0: no limit")
 	fs.Var(sizeValue{&maxRecord}, "max-record-size", "the largest record `size` an append may carry; 0: the default, 1MiB")
 	fs.IntVar(&c.MaxConns, "max-conns", 0, "the most client `connections` at once; 0: the default, 1024")
+	var maxFrame int64
+	fs.Var(sizeValue{&maxFrame}, "max-frame-size", "the largest client protocol frame `size`; 0: the default")
+	fs.IntVar(&c.Limits.MaxInFlight, "max-in-flight", 0, "the most `requests` in flight on one client connection; 0: the default, 128")
+	fs.DurationVar(&c.Limits.IdleTimeout, "idle-timeout", 0, "close a client connection idle for this `duration`; 0: the default, 5m")
+	fs.DurationVar(&c.Limits.FrameTimeout, "frame-timeout", 0, "close a client connection whose frame takes longer than this `duration` to arrive; 0: the default, 30s")
+	fs.DurationVar(&c.Limits.WriteTimeout, "write-timeout", 0, "close a client connection that does not read a reply for this `duration`; 0: the default, 30s")
 	var tlsConf node.TLSConfig
 	fs.StringVar(&tlsConf.CertFile, "tls-cert", "", "the node's certificate PEM `file`: turns on TLS for clients and mutual TLS between nodes")
 	fs.StringVar(&tlsConf.KeyFile, "tls-key", "", "the private key PEM `file` of --tls-cert")
@@ -107,8 +113,15 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		return nil, usagef("--fault-injection needs --admin-addr")
 	}
 	c.Limits.MaxRecordSize = int(min(maxRecord, 1<<40))
+	c.Limits.MaxFrameSize = int(min(maxFrame, 1<<40))
+	switch {
+	case c.Limits.MaxInFlight < 0:
+		return nil, usagef("--max-in-flight %d is negative", c.Limits.MaxInFlight)
+	case c.Limits.IdleTimeout < 0, c.Limits.FrameTimeout < 0, c.Limits.WriteTimeout < 0:
+		return nil, usagef("timeouts must not be negative")
+	}
 	if _, err := c.Limits.WithDefaults(); err != nil {
-		return nil, usagef("--max-record-size %s: %v", formatSize(maxRecord), err)
+		return nil, usagef("--max-record-size %s, --max-frame-size %s: %v", formatSize(maxRecord), formatSize(maxFrame), err)
 	}
 	return o, nil
 }
