@@ -86,6 +86,21 @@ type leaderStint struct {
 // bootstraps or joins a cluster when the data dir is new. With Join it
 // returns once the cluster has added the node, or ctx ends.
 func Start(ctx context.Context, cfg Config) (*Node, error) {
+	n, err := startNode(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if len(n.cfg.Join) > 0 {
+		if err := n.joinCluster(ctx); err != nil {
+			n.Close()
+			return nil, err
+		}
+	}
+	return n, nil
+}
+
+// startNode starts a node without joining a cluster.
+func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	c, err := cfg.withDefaults()
 	if err != nil {
 		return nil, err
@@ -171,11 +186,6 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if n.joining {
 		n.wg.Add(1)
 		go n.promoteLoop()
-	}
-	if len(c.Join) > 0 {
-		if err := n.joinCluster(ctx); err != nil {
-			return err
-		}
 	}
 	return nil
 }
@@ -582,7 +592,8 @@ func (n *Node) joinCluster(ctx context.Context) error {
 		if errors.As(err, &te) && te.Code == transport.CodeBadRequest {
 			return fmt.Errorf("node: join via %s: %w", addr, err)
 		}
-		if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" && te.LeaderAddr != addr {
+		if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" &&
+			te.LeaderAddr != addr && te.LeaderAddr != n.clientAddr {
 			next = te.LeaderAddr // try the leader next, after the backoff
 		}
 		t := time.NewTimer(backoff)

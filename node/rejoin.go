@@ -41,8 +41,11 @@ import (
 // with --bootstrap.
 const joiningFile = "joining"
 
-// voteGate is the node's raft transport. It refuses every vote and
-// pre-vote request while the node is not yet a voter of its own.
+// voteGate is the node's raft transport. While the node is not yet a voter
+// of its own, it refuses every vote and pre-vote request it receives and
+// sends none: a new member that holds a configuration naming its old self
+// a voter would otherwise campaign, and could win with a log that lacks
+// entries its old self acknowledged.
 type voteGate struct {
 	*raft.NetworkTransport
 	out     chan raft.RPC
@@ -95,6 +98,25 @@ func (g *voteGate) run() {
 			return
 		}
 	}
+}
+
+// errNotVoterYet fails the vote requests of a new member.
+var errNotVoterYet = errors.New("node: a new member does not campaign before it is a voter")
+
+// RequestVote implements raft.Transport.
+func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
+	if !g.allowed.Load() {
+		return errNotVoterYet
+	}
+	return g.NetworkTransport.RequestVote(id, target, args, resp)
+}
+
+// RequestPreVote implements raft.WithPreVote.
+func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
+	if !g.allowed.Load() {
+		return errNotVoterYet
+	}
+	return g.NetworkTransport.RequestPreVote(id, target, args, resp)
 }
 
 // Close implements raft.WithClose.

@@ -1,9 +1,11 @@
 package node
 
 import (
+	"context"
 	"io"
 	"net"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -65,4 +67,76 @@ func TestWipedMemberDoesNotVoteUntilCaughtUp(t *testing.T) {
 		t.Fatalf("%d voters after the rejoin, want 3", v)
 	}
 	sameRecords(t, id+" after rejoin", readAll(t, back, true), readAll(t, leader, false))
+}
+
+// A new member that received a configuration naming its old self a voter
+// does not campaign: with the leader cut off, it neither wins an election
+// nor lets the other follower win with its vote.
+func TestNewMemberDoesNotCampaign(t *testing.T) {
+	c := faultCluster(t)
+	leader := c.waitLeader()
+	appendN(t, dial(t, leader), "r", 5)
+	victim := followerOf(c, leader)
+	id, dir := victim.ID(), victim.cfg.DataDir
+	c.stop(id)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	// It never reaches anyone to join through, but the leader still
+	// replicates to its address the log and the configuration that name
+	// its old self a voter.
+	ctx := make(chan struct{})
+	var back *Node
+	go func() {
+		defer close(ctx)
+		cfg := testConfig(t, c.dir, id)
+		cfg.RaftAddr, cfg.ClientAddr, cfg.FaultInjection, cfg.AdminAddr = c.addrs[id][0], c.addrs[id][1], true, "127.0.0.1:0"
+		cfg.Join = []string{"127.0.0.1:1"}
+		back = startNoJoinWait(t, cfg)
+	}()
+	<-ctx
+	defer back.Close()
+	waitFor(t, id+" receives the configuration", func() bool {
+		s, ok := back.selfSuffrage()
+		return ok && s == raft.Voter
+	})
+	var others []string
+	for _, n := range c.nodes {
+		if n != leader {
+			others = append(others, n.RaftAddr())
+		}
+	}
+	others = append(others, back.RaftAddr())
+	post(t, leader, "/fault/partition?peers="+strings.Join(others, ","))
+	obs := make(chan raft.Observation, 64)
+	back.raft.RegisterObserver(raft.NewObserver(obs, false, nil))
+	window := time.NewTimer(6 * back.cfg.ElectionTimeout)
+	defer window.Stop()
+	for {
+		select {
+		case o := <-obs:
+			if st, ok := o.Data.(raft.RaftState); ok && st == raft.Leader {
+				t.Fatal("a new member won an election")
+			}
+			if lo, ok := o.Data.(raft.LeaderObservation); ok && lo.LeaderID != "" && string(lo.LeaderID) != leader.ID() {
+				t.Fatalf("%s became leader with a new member's vote", lo.LeaderID)
+			}
+		case <-window.C:
+			return
+		}
+	}
+}
+
+// startNoJoinWait starts a node with a join address but does not join
+// (as Start would, forever, when no member answers).
+func startNoJoinWait(t *testing.T, cfg Config) *Node {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	n, err := startNode(ctx, cfg)
+	if err != nil {
+		cancel()
+		t.Fatal(err)
+	}
+	t.Cleanup(cancel)
+	return n
 }
