@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/hashicorp/go-msgpack/v2/codec"
 )
@@ -34,11 +35,23 @@ var handle = func() *codec.MsgpackHandle {
 // bytes.
 func EncodeBody(v any) ([]byte, error) {
 	var b []byte
-	if err := codec.NewEncoderBytes(&b, handle).Encode(v); err != nil {
+	e := encoders.Get().(*codec.Encoder)
+	e.ResetBytes(&b)
+	err := e.Encode(v)
+	e.ResetBytes(nil)
+	encoders.Put(e)
+	if err != nil {
 		return nil, fmt.Errorf("transport: encode %T: %w", v, err)
 	}
 	return b, nil
 }
+
+// Encoders and decoders are reused: making one costs more than encoding a
+// small body. A reset one keeps no reference to the last body.
+var (
+	encoders = sync.Pool{New: func() any { return codec.NewEncoderBytes(new([]byte), handle) }}
+	decoders = sync.Pool{New: func() any { return codec.NewDecoderBytes(nil, handle) }}
+)
 
 // DecodeBody decodes a body into v, a pointer to a zero value of one of this
 // package's message types. It is strict: the body must be exactly one
@@ -51,11 +64,16 @@ func DecodeBody(b []byte, v any) error {
 	if err := checkBody(b); err != nil {
 		return err
 	}
-	d := codec.NewDecoderBytes(b, handle)
-	if err := d.Decode(v); err != nil {
+	d := decoders.Get().(*codec.Decoder)
+	d.ResetBytes(b)
+	err := d.Decode(v)
+	n := d.NumBytesRead()
+	d.ResetBytes(nil)
+	decoders.Put(d)
+	if err != nil {
 		return fmt.Errorf("%w: %T: %v", ErrMalformedBody, v, err)
 	}
-	if n := d.NumBytesRead(); n != len(b) {
+	if n != len(b) {
 		return fmt.Errorf("%w: %T: decoded %d of %d bytes", ErrMalformedBody, v, n, len(b))
 	}
 	return nil
