@@ -3,7 +3,6 @@ package node
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"strings"
 	"time"
@@ -208,9 +207,4 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	o.Logger = o.Logger.With("node", o.ID)
 	return o, nil
-}
-
-// discardLogger is a logger that drops everything, for tests and tools.
-func discardLogger() hclog.Logger {
-	return hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
 }

@@ -365,8 +365,9 @@ func (f *fsm) memberAddrs() map[string]string {
 	return m
 }
 
-// retentionFloor returns the trim index that keeps at most maxBytes of
-// commands (0: no limit), rounded down to a mark so nothing newer is cut.
+// retentionByBytes returns the trim index that keeps at most maxBytes of
+// commands (0 when nothing needs trimming), on a mark, so that at most
+// markEvery commands more than the limit stay.
 func (f *fsm) retentionByBytes(maxBytes uint64) uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"fmt"
+	"io"
 	"path/filepath"
 	"testing"
 	"time"
@@ -170,4 +171,9 @@ func call[Resp any](t *testing.T, c *transport.Conn, op transport.Op, req any) (
 	var resp Resp
 	err := c.Call(ctx, op, req, &resp)
 	return &resp, err
+}
+
+// discardLogger is a logger that drops everything.
+func discardLogger() hclog.Logger {
+	return hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
 }

@@ -522,7 +522,7 @@ func (n *Node) registerLoop() {
 		_, id := n.raft.LeaderWithID()
 		if addr := n.fsm.member(string(id)); addr != "" {
 			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-			err := n.callJoin(ctx, addr)
+			_, err := n.callJoin(ctx, addr, n.joinRequest(false))
 			cancel()
 			if err != nil {
 				n.cfg.Logger.Debug("registering client address", "error", err)
@@ -536,18 +536,9 @@ func (n *Node) joinRequest(fresh bool) *transport.JoinRequest {
 	return &transport.JoinRequest{NodeID: n.cfg.ID, RaftAddr: string(n.tr.LocalAddr()), ClientAddr: n.clientAddr, Fresh: fresh}
 }
 
-// callJoin sends a Join for this node to addr; registerLoop uses it to
-// record the node's client address.
-func (n *Node) callJoin(ctx context.Context, addr string) error {
-	return n.callJoinReq(ctx, addr, n.joinRequest(false))
-}
-
-func (n *Node) callJoinReq(ctx context.Context, addr string, req *transport.JoinRequest) error {
-	_, err := n.callJoinIndex(ctx, addr, req)
-	return err
-}
-
-func (n *Node) callJoinIndex(ctx context.Context, addr string, req *transport.JoinRequest) (uint64, error) {
+// callJoin sends a Join to addr and returns the index of the change it
+// made, 0 if none.
+func (n *Node) callJoin(ctx context.Context, addr string, req *transport.JoinRequest) (uint64, error) {
 	nc, err := n.dialClient(ctx, addr)
 	if err != nil {
 		return 0, err
@@ -578,7 +569,7 @@ func (n *Node) joinCluster(ctx context.Context) error {
 		if next != "" {
 			addr, next = next, ""
 		}
-		idx, err := n.callJoinIndex(ctx, addr, n.joinRequest(true))
+		idx, err := n.callJoin(ctx, addr, n.joinRequest(true))
 		if err == nil {
 			if err := markJoining(n.cfg.DataDir, idx); err != nil {
 				return err

@@ -222,7 +222,7 @@ func (n *Node) promoteLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-		err := n.callJoinReq(ctx, addr, n.joinRequest(false))
+		_, err := n.callJoin(ctx, addr, n.joinRequest(false))
 		cancel()
 		if err != nil {
 			n.cfg.Logger.Debug("asking for promotion", "error", err)
