@@ -23,10 +23,21 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
+// defaultGCPercent replaces Go's default GOGC of 100 unless GOGC is set. A
+// node's live heap is small (tens of MiB: the log is in the page cache, not
+// the heap) and it allocates for every request, so collecting less often
+// buys throughput for little memory: async appends from 64 clients went from
+// 38,084 to 41,881 records/s (medians of 5) on the project's machine.
+const defaultGCPercent = 400
+
 func main() {
+	if _, ok := os.LookupEnv("GOGC"); !ok {
+		debug.SetGCPercent(defaultGCPercent)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	// After the first signal, let a second one kill the process at once.
 	go func() { <-ctx.Done(); stop() }()
