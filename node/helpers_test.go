@@ -67,12 +67,12 @@ func newTestCluster(t *testing.T, n int, tweak func(*Config)) *testCluster {
 // it has caught up).
 func (c *testCluster) waitVoter(n *Node) {
 	c.t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !n.IsVoter() {
-		if time.Now().After(deadline) {
-			c.t.Fatalf("%s not promoted to voter within 20s", n.ID())
-		}
-		waitApplied(c.t, c.nodes, 50*time.Millisecond)
+	timer := time.NewTimer(20 * time.Second)
+	defer timer.Stop()
+	select {
+	case <-n.Voting():
+	case <-timer.C:
+		c.t.Fatalf("%s not promoted to voter within 20s", n.ID())
 	}
 }
 

@@ -65,6 +65,7 @@ type Node struct {
 		fs    *faultFS
 	}
 	joining  bool          // a new member, not yet promoted (rejoin.go)
+	voting   chan struct{} // closed once the node votes
 	joinedAt atomic.Uint64 // index of the entry that added it, 0 if unknown
 	failOnce sync.Once
 	failed   chan struct{}
@@ -108,7 +109,7 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
-	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{})}
+	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{})}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.start(ctx); err != nil {
 		n.Close()
@@ -232,7 +233,10 @@ func (n *Node) startRaft() error {
 	}
 	n.joining = joining
 	n.joinedAt.Store(added)
-	n.gate = newVoteGate(tr, !joining, c.ID)
+	n.gate = newVoteGate(tr, false, c.ID)
+	if !joining {
+		n.startVoting()
+	}
 	store := failStopStore{Store: n.view.live, n: n}
 	// The cache serves replication the entries just stored, without
 	// reading and decoding them back.
@@ -618,6 +622,16 @@ func (n *Node) AdminAddr() string {
 // IsVoter reports whether the node votes: false while a new member
 // catches up (see rejoin.go).
 func (n *Node) IsVoter() bool { return n.gate.allowed.Load() }
+
+// Voting is closed once the node votes: at once for a node that
+// bootstrapped or had raft state, on promotion for a new member.
+func (n *Node) Voting() <-chan struct{} { return n.voting }
+
+// startVoting lets the node vote.
+func (n *Node) startVoting() {
+	n.gate.allowed.Store(true)
+	close(n.voting)
+}
 
 // IsLeader reports whether the node leads and is ready to serve.
 func (n *Node) IsLeader() bool {

@@ -205,7 +205,7 @@ func (n *Node) promoteLoop() {
 				n.cfg.Logger.Error("forgetting the joining state", "error", err)
 				continue
 			}
-			n.gate.allowed.Store(true)
+			n.startVoting()
 			n.cfg.Logger.Info("promoted to voter; voting")
 			return
 		}

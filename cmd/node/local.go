@@ -58,15 +58,11 @@ func startLocalCluster(ctx context.Context, dir string, flush node.FlushMode, lo
 	wctx, cancel := context.WithTimeout(ctx, localStartTimeout)
 	defer cancel()
 	for _, n := range lc.nodes {
-		for !n.IsVoter() {
-			t := time.NewTimer(20 * time.Millisecond)
-			select {
-			case <-wctx.Done():
-				t.Stop()
-				lc.close()
-				return nil, fmt.Errorf("%s did not become a voter: %w", n.ID(), wctx.Err())
-			case <-t.C:
-			}
+		select {
+		case <-n.Voting():
+		case <-wctx.Done():
+			lc.close()
+			return nil, fmt.Errorf("%s did not become a voter: %w", n.ID(), wctx.Err())
 		}
 	}
 	return lc, nil
