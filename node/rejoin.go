@@ -13,6 +13,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -201,7 +202,7 @@ func (n *Node) promoteLoop() {
 				n.cfg.Logger.Error("forgetting the joining state", "error", err)
 				continue
 			}
-			if err := syncDir(n.cfg.DataDir); err != nil {
+			if err := vfs.Default.SyncDir(n.cfg.DataDir); err != nil {
 				n.cfg.Logger.Error("forgetting the joining state", "error", err)
 				continue
 			}

@@ -19,6 +19,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
 )
 
@@ -601,17 +602,5 @@ func writeFileSync(path string, b []byte) error {
 		os.Remove(tmp)
 		return fmt.Errorf("node: write %s: %w", path, err)
 	}
-	return syncDir(filepath.Dir(path))
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	if err := d.Sync(); err != nil {
-		return fmt.Errorf("node: sync %s: %w", dir, err)
-	}
-	return nil
+	return vfs.Default.SyncDir(filepath.Dir(path))
 }
