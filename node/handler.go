@@ -170,6 +170,10 @@ func (n *Node) linearize(ctx context.Context) (*leaderStint, error) {
 	}
 	ci := n.raft.CommitIndex()
 	if err := n.raft.VerifyLeader().Error(); err != nil {
+		if errors.Is(err, raft.ErrLeadershipLost) {
+			// Nothing was written: for a read, losing leadership is NotLeader.
+			return nil, n.notLeader()
+		}
 		return nil, n.raftError(err)
 	}
 	for {
