@@ -279,7 +279,14 @@ func (s *stableFile) flush(want uint64) error {
 	return nil
 }
 
+// close waits for a write in progress and closes the files; later writes
+// fail with ErrClosed instead of touching them.
 func (s *stableFile) close() error {
+	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if s.failed == nil {
+		s.failed = ErrClosed
+	}
 	var err error
 	for _, f := range s.files {
 		if f != nil {
