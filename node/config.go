@@ -125,6 +125,14 @@ type Config struct {
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
+	// BatchLinger bounds how long an append waits to be proposed to raft
+	// with others. The leader keeps one batch of appends in raft at a
+	// time: an append that arrives while none is in flight is proposed at
+	// once; otherwise it waits until that batch commits, or for at most
+	// BatchLinger, and goes with every append that arrived meanwhile, so
+	// that one fdatasync on each node stores them all. Default 2 ms;
+	// negative proposes every append at once.
+	BatchLinger time.Duration
 	// SnapshotThreshold is how many entries since the last snapshot make
 	// raft take one; default 16384. Snapshots are small: the log is not
 	// copied.
@@ -198,6 +206,9 @@ func (c *Config) withDefaults() (Config, error) {
 	}
 	if o.LeaderLeaseTimeout <= 0 {
 		o.LeaderLeaseTimeout = min(250*time.Millisecond, o.HeartbeatTimeout)
+	}
+	if o.BatchLinger == 0 {
+		o.BatchLinger = 2 * time.Millisecond
 	}
 	if o.SnapshotThreshold == 0 {
 		o.SnapshotThreshold = 16384

@@ -110,12 +110,17 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 			return &transport.AppendResponse{Indexes: idx, Duplicate: true}, nil
 		}
 	}
-	futures := make([]raft.ApplyFuture, len(r.Records))
+	cmds := make([][]byte, len(r.Records))
 	total := uint64(len(r.Records))
 	for i, rec := range r.Records {
-		data := appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+32), r.ClientID, r.Seq, uint64(i), total, rec)
-		futures[i] = n.raft.Apply(data, enqueueTimeout)
+		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+32), r.ClientID, r.Seq, uint64(i), total, rec)
 	}
+	pr := n.prop.propose(cmds)
+	futures := pr.futures
+	for _, f := range futures {
+		f.Error()
+	}
+	n.prop.finish(pr)
 	var (
 		firstErr error
 		resp     = &transport.AppendResponse{}

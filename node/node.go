@@ -41,6 +41,7 @@ type Node struct {
 	raft *raft.Raft
 	tr   *raft.NetworkTransport
 	gate *voteGate
+	prop *proposer
 
 	clientLn   net.Listener
 	clientAddr string // advertised
@@ -250,6 +251,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("node: start raft: %w", err)
 	}
 	n.gate.raft.Store(n.raft)
+	n.prop = newProposer(n.raft, n.cfg.BatchLinger, rc.MaxAppendEntries)
 	if !existing && len(c.Bootstrap) > 0 {
 		var conf raft.Configuration
 		for _, p := range c.Bootstrap {

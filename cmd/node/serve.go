@@ -65,6 +65,7 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.DurationVar(&c.Limits.IdleTimeout, "idle-timeout", 0, "close a client connection idle for this `duration`; 0: the default, 5m")
 	fs.DurationVar(&c.Limits.FrameTimeout, "frame-timeout", 0, "close a client connection whose frame takes longer than this `duration` to arrive; 0: the default, 30s")
 	fs.DurationVar(&c.Limits.WriteTimeout, "write-timeout", 0, "close a client connection that does not read a reply for this `duration`; 0: the default, 30s")
+	fs.DurationVar(&c.BatchLinger, "batch-linger", 0, "the longest an append waits, while a batch of appends is in raft, to be proposed with the next batch (a `duration`);\n0: the default, 2ms; negative: propose every append at once")
 	var tlsConf node.TLSConfig
 	fs.StringVar(&tlsConf.CertFile, "tls-cert", "", "the node's certificate PEM `file`: turns on TLS for clients and mutual TLS between nodes")
 	fs.StringVar(&tlsConf.KeyFile, "tls-key", "", "the private key PEM `file` of --tls-cert")

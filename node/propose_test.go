@@ -1,0 +1,176 @@
+package node
+
+import (
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// recordingApplier stands in for raft: it records the commands proposed,
+// in order, and returns futures that are already done.
+type recordingApplier struct {
+	mu   sync.Mutex
+	cmds []string
+}
+
+func (a *recordingApplier) Apply(cmd []byte, _ time.Duration) raft.ApplyFuture {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.cmds = append(a.cmds, string(cmd))
+	return doneFuture{}
+}
+
+func (a *recordingApplier) proposed() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.cmds)
+}
+
+type doneFuture struct{}
+
+func (doneFuture) Error() error          { return nil }
+func (doneFuture) Index() uint64         { return 0 }
+func (doneFuture) Response() interface{} { return nil }
+
+func cmds(s ...string) [][]byte {
+	out := make([][]byte, len(s))
+	for i, c := range s {
+		out[i] = []byte(c)
+	}
+	return out
+}
+
+// waitPending waits until n proposals wait in p.
+func waitPending(t *testing.T, p *proposer, n int) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		p.mu.Lock()
+		got := len(p.pending)
+		p.mu.Unlock()
+		if got == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d proposals pending, want %d", got, n)
+		}
+		runtime.Gosched()
+	}
+}
+
+// recv waits for the proposal on ch.
+func recv(t *testing.T, ch <-chan *proposal) *proposal {
+	t.Helper()
+	select {
+	case pr := <-ch:
+		return pr
+	case <-time.After(10 * time.Second):
+		t.Fatal("the proposal was not proposed")
+		return nil
+	}
+}
+
+// proposeAsync proposes in a goroutine and returns a channel that yields
+// the proposal once it is proposed.
+func proposeAsync(p *proposer, c ...string) <-chan *proposal {
+	ch := make(chan *proposal, 1)
+	go func() { ch <- p.propose(cmds(c...)) }()
+	return ch
+}
+
+func TestProposerProposesAtOnceWhenIdle(t *testing.T) {
+	a := &recordingApplier{}
+	p := newProposer(a, time.Hour, 256)
+	pr := p.propose(cmds("a", "b"))
+	if got := a.proposed(); !slices.Equal(got, []string{"a", "b"}) {
+		t.Fatalf("proposed %q, want [a b]", got)
+	}
+	if len(pr.futures) != 2 {
+		t.Fatalf("%d futures, want 2", len(pr.futures))
+	}
+	p.finish(pr)
+	// Idle again: the next one goes at once too.
+	p.finish(p.propose(cmds("c")))
+	if got := a.proposed(); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("proposed %q, want [a b c]", got)
+	}
+}
+
+func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
+	a := &recordingApplier{}
+	p := newProposer(a, time.Hour, 256)
+	first := p.propose(cmds("1"))
+	second := proposeAsync(p, "2a", "2b")
+	waitPending(t, p, 1)
+	third := proposeAsync(p, "3")
+	waitPending(t, p, 2)
+	if got := a.proposed(); !slices.Equal(got, []string{"1"}) {
+		t.Fatalf("proposed %q while a batch was in flight, want only [1]", got)
+	}
+	p.finish(first)
+	pr2, pr3 := recv(t, second), recv(t, third)
+	if got := a.proposed(); !slices.Equal(got, []string{"1", "2a", "2b", "3"}) {
+		t.Fatalf("proposed %q, want [1 2a 2b 3]", got)
+	}
+	if pr2.batch != pr3.batch {
+		t.Fatal("the waiting proposals went in different batches")
+	}
+	// The batch is in flight until both of its proposals finish.
+	p.finish(pr2)
+	fourth := proposeAsync(p, "4")
+	waitPending(t, p, 1)
+	p.finish(pr3)
+	p.finish(recv(t, fourth))
+	if got := a.proposed(); !slices.Equal(got, []string{"1", "2a", "2b", "3", "4"}) {
+		t.Fatalf("proposed %q, want [1 2a 2b 3 4]", got)
+	}
+}
+
+func TestProposerLingerBoundsTheWait(t *testing.T) {
+	a := &recordingApplier{}
+	p := newProposer(a, time.Millisecond, 256)
+	first := p.propose(cmds("1"))
+	// first never finishes: the second goes once it has lingered.
+	start := time.Now()
+	second := p.propose(cmds("2"))
+	if waited := time.Since(start); waited < time.Millisecond {
+		t.Fatalf("proposed after %v, before the linger of 1ms", waited)
+	}
+	if got := a.proposed(); !slices.Equal(got, []string{"1", "2"}) {
+		t.Fatalf("proposed %q, want [1 2]", got)
+	}
+	if first.batch == second.batch {
+		t.Fatal("a lingered proposal joined the batch in flight")
+	}
+}
+
+func TestProposerMaxBatchProposesAtOnce(t *testing.T) {
+	a := &recordingApplier{}
+	p := newProposer(a, time.Hour, 3)
+	p.propose(cmds("1")) // in flight, never finished
+	second := proposeAsync(p, "2")
+	waitPending(t, p, 1)
+	// Two more commands make three waiting: the batch goes without
+	// waiting for the first to finish.
+	third := p.propose(cmds("3a", "3b"))
+	if pr2 := recv(t, second); pr2.batch != third.batch {
+		t.Fatal("a full batch was split")
+	}
+	if got := a.proposed(); !slices.Equal(got, []string{"1", "2", "3a", "3b"}) {
+		t.Fatalf("proposed %q, want [1 2 3a 3b]", got)
+	}
+}
+
+func TestProposerWithoutLingerNeverWaits(t *testing.T) {
+	a := &recordingApplier{}
+	p := newProposer(a, -1, 256)
+	p.propose(cmds("1")) // in flight, never finished
+	p.propose(cmds("2"))
+	if got := a.proposed(); !slices.Equal(got, []string{"1", "2"}) {
+		t.Fatalf("proposed %q, want [1 2]", got)
+	}
+}
