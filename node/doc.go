@@ -37,5 +37,8 @@
 //
 // Concurrency: a Node serves any number of client connections, each
 // pipelining requests (package transport); Close may be called from any
-// goroutine and waits for every request to finish.
+// goroutine and waits for every request to finish. The leader proposes
+// appends to raft in batches, one batch in flight at a time (propose.go):
+// an append may wait up to Config.BatchLinger for the batch before it to
+// commit, so that one fdatasync per node stores many appends.
 package node
