@@ -158,6 +158,19 @@ func runGroups(ctx context.Context, cfg *config, base string, res *results, prog
 					round+1, cfg.rounds, n, kind.name, fmtCount(m[mEntriesSec]), fmtSeconds(m[mP50]), fmtSeconds(m[mP99]), fsyncs,
 					fmtCount(m[mCalls]), fmtSeconds(m[mElapsed]))
 			}
+			for _, c := range ceilingRows {
+				dir := filepath.Join(base, fmt.Sprintf("r%d-groups-%d-%s", round, n, c.key))
+				m, err := diskCeiling(dir, n, c.key == ceilingWrittenKey, cfg.seed+uint64(round))
+				if rerr := removeAndSettle(dir); err == nil {
+					err = rerr
+				}
+				if err != nil {
+					return fmt.Errorf("groups %d, %s: %w", n, c.name, err)
+				}
+				res.add(rowKey{wGroups, groupsVariant(n, cfg.compact), c.key}, m)
+				fmt.Fprintf(progress, "round %d/%d  groups %-4d  %-25s %12s entries/s  p50 %s  p99 %s\n",
+					round+1, cfg.rounds, n, c.key, fmtCount(m[mEntriesSec]), fmtSeconds(m[mP50]), fmtSeconds(m[mP99]))
+			}
 		}
 	}
 	return nil
@@ -382,6 +395,19 @@ func printGroupsTable(out io.Writer, num int, w workload, cfg *config, res *resu
 			}
 			fmt.Fprintf(out, "| %s |\n", strings.Join(cells, " | "))
 		}
+		for _, c := range ceilingRows {
+			k := rowKey{wGroups, v, c.key}
+			rate := res.median(k, mEntriesSec)
+			ratio := rate / base
+			if base == 0 {
+				ratio = math.NaN()
+			}
+			cells := []string{
+				c.name, v, fmtCount(rate), fmtSeconds(res.median(k, mP50)), fmtSeconds(res.median(k, mP99)),
+				fmtFsyncs(res.median(k, mFsyncs)), fmtRatio(ratio),
+			}
+			fmt.Fprintf(out, "| %s |\n", strings.Join(cells, " | "))
+		}
 	}
-	fmt.Fprintf(out, "\n%s\n\n", groupsFsyncNote)
+	fmt.Fprintf(out, "\n%s\n\n%s\n\n", groupsFsyncNote, ceilingNote)
 }
