@@ -37,6 +37,9 @@ func TestAdminEndpoints(t *testing.T) {
 		`raftlog_requests_total{code="ok",op="Append"} 10`,
 		`raftlog_request_duration_seconds_bucket{op="Append",le=`,
 		`raftlog_client_connections 1`,
+		// One append at a time: each is proposed alone, at once.
+		`raftlog_append_batch_records_sum 10`,
+		`raftlog_append_batch_records_count 10`,
 		`raftlog_store_fsync_duration_seconds_bucket{le=`,
 		`raftlog_store_entries_per_fsync_count`,
 		`raftlog_store_appended_bytes_total`,

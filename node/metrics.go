@@ -25,6 +25,7 @@ import (
 //	raftlog_client_connections                 open client connections
 //	raftlog_client_connections_total           client connections accepted
 //	raftlog_client_connections_refused_total   connections refused at MaxConns
+//	raftlog_append_batch_records               histogram of records the leader proposed to raft together (propose.go)
 //	raftlog_store_fsync_duration_seconds       histogram of commit-log fdatasync latency
 //	raftlog_store_entries_per_fsync            histogram of records made durable by one fdatasync
 //	raftlog_store_flush_lag_bytes              histogram of bytes waiting for each sync
@@ -50,6 +51,7 @@ type nodeMetrics struct {
 	conns      prometheus.Gauge
 	connsTotal prometheus.Counter
 	refused    prometheus.Counter
+	batch      prometheus.Histogram
 
 	fsync      prometheus.Histogram
 	perSync    prometheus.Histogram
@@ -113,6 +115,7 @@ func newNodeMetrics() *nodeMetrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
 	m.refused = f("raftlog_client_connections_refused_total", "Client connections refused because MaxConns were open.")
+	m.batch = h("raftlog_append_batch_records", "Records the leader proposed to raft together.", prometheus.ExponentialBuckets(1, 2, 10))
 	m.fsync = h("raftlog_store_fsync_duration_seconds", "Latency of commit-log fdatasync calls.", prometheus.ExponentialBuckets(25e-6, 2, 16))
 	m.perSync = h("raftlog_store_entries_per_fsync", "Records made durable by one fdatasync.", prometheus.ExponentialBuckets(1, 2, 14))
 	m.flushLag = h("raftlog_store_flush_lag_bytes", "Bytes waiting for each fdatasync.", prometheus.ExponentialBuckets(512, 4, 12))

@@ -251,7 +251,7 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("node: start raft: %w", err)
 	}
 	n.gate.raft.Store(n.raft)
-	n.prop = newProposer(n.raft, n.cfg.BatchLinger, rc.MaxAppendEntries)
+	n.prop = newProposer(n.raft, n.cfg.BatchLinger, rc.MaxAppendEntries, func(k int) { n.metrics.batch.Observe(float64(k)) })
 	if !existing && len(c.Bootstrap) > 0 {
 		var conf raft.Configuration
 		for _, p := range c.Bootstrap {

@@ -29,6 +29,7 @@ type proposer struct {
 	r        applier
 	linger   time.Duration
 	maxBatch int
+	observe  func(commands int) // called with each batch's size; may be nil
 
 	mu       sync.Mutex
 	pending  []*proposal
@@ -56,8 +57,8 @@ type proposal struct {
 	submitted chan struct{} // closed once futures is set
 }
 
-func newProposer(r applier, linger time.Duration, maxBatch int) *proposer {
-	p := &proposer{r: r, linger: linger, maxBatch: max(maxBatch, 1)}
+func newProposer(r applier, linger time.Duration, maxBatch int, observe func(int)) *proposer {
+	p := &proposer{r: r, linger: linger, maxBatch: max(maxBatch, 1), observe: observe}
 	p.timer = time.AfterFunc(time.Hour, p.lingered)
 	p.timer.Stop()
 	return p
@@ -108,6 +109,9 @@ func (p *proposer) lingered() {
 // held; it is released while raft's queue is fed and taken again.
 func (p *proposer) flushLocked() {
 	props := p.pending
+	if p.observe != nil {
+		p.observe(p.waiting)
+	}
 	p.pending = nil
 	p.waiting = 0
 	p.inflight++

@@ -84,7 +84,7 @@ func proposeAsync(p *proposer, c ...string) <-chan *proposal {
 
 func TestProposerProposesAtOnceWhenIdle(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 256)
+	p := newProposer(a, time.Hour, 256, nil)
 	pr := p.propose(cmds("a", "b"))
 	if got := a.proposed(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("proposed %q, want [a b]", got)
@@ -102,7 +102,7 @@ func TestProposerProposesAtOnceWhenIdle(t *testing.T) {
 
 func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 256)
+	p := newProposer(a, time.Hour, 256, nil)
 	first := p.propose(cmds("1"))
 	second := proposeAsync(p, "2a", "2b")
 	waitPending(t, p, 1)
@@ -132,7 +132,7 @@ func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
 
 func TestProposerLingerBoundsTheWait(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Millisecond, 256)
+	p := newProposer(a, time.Millisecond, 256, nil)
 	first := p.propose(cmds("1"))
 	// first never finishes: the second goes once it has lingered.
 	start := time.Now()
@@ -150,7 +150,7 @@ func TestProposerLingerBoundsTheWait(t *testing.T) {
 
 func TestProposerMaxBatchProposesAtOnce(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 3)
+	p := newProposer(a, time.Hour, 3, nil)
 	p.propose(cmds("1")) // in flight, never finished
 	second := proposeAsync(p, "2")
 	waitPending(t, p, 1)
@@ -167,7 +167,7 @@ func TestProposerMaxBatchProposesAtOnce(t *testing.T) {
 
 func TestProposerWithoutLingerNeverWaits(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, -1, 256)
+	p := newProposer(a, -1, 256, nil)
 	p.propose(cmds("1")) // in flight, never finished
 	p.propose(cmds("2"))
 	if got := a.proposed(); !slices.Equal(got, []string{"1", "2"}) {
