@@ -313,7 +313,7 @@ func (c *Conn) OpenStream(ctx context.Context, op Op, req any, window uint32) (*
 	if window == 0 {
 		window = DefaultStreamWindow
 	}
-	st := &Stream{c: c, op: op, window: window, ready: make(chan struct{}, 1), granted: int64(window)}
+	st := &Stream{c: c, op: op, ctx: ctx, window: window, ready: make(chan struct{}, 1), granted: int64(window)}
 	id, err := c.start(ctx, op, req, &pending{stream: st})
 	if err != nil {
 		return nil, err
@@ -349,10 +349,11 @@ var ErrStreamClosed = errors.New("transport: stream closed")
 // Stream is the client side of a streaming request. Recv must be called
 // from one goroutine at a time; Close may be called from any.
 type Stream struct {
-	c      *Conn  // immutable
-	op     Op     // immutable
-	id     uint64 // set by Conn.start before the stream is visible, then immutable
-	window uint32 // immutable
+	c      *Conn           // immutable
+	op     Op              // immutable
+	id     uint64          // set by Conn.start before the stream is visible, then immutable
+	ctx    context.Context // immutable
+	window uint32          // immutable
 
 	ready chan struct{} // signalled (capacity 1) when items or the end arrive
 
@@ -370,9 +371,13 @@ type Stream struct {
 // the stream normally, an *Error when it ended it with one, the context's
 // error or ErrStreamClosed after the client cancelled, and an error
 // wrapping ErrClosed when the connection failed. Items that arrived before
-// the server ended the stream are returned first.
+// the server ended the stream are returned first; once the stream's
+// context is done, Recv returns its error at once and drops them.
 func (s *Stream) Recv(v any) error {
 	for {
+		if err := s.ctx.Err(); err != nil {
+			s.cancel(err)
+		}
 		s.mu.Lock()
 		if len(s.items) > 0 {
 			b := s.items[0]

@@ -689,16 +689,10 @@ func TestStreamContextCancel(t *testing.T) {
 		t.Fatal(err)
 	}
 	cancel()
-	for range 10 { // buffered items may still come first, at most the window
-		if err := st.Recv(&TailItem{}); err != nil {
-			if !errors.Is(err, context.Canceled) {
-				t.Fatalf("Recv after cancel = %v", err)
-			}
-			status(t, c)
-			return
-		}
+	if err := st.Recv(&TailItem{}); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Recv after cancel = %v, want context.Canceled", err)
 	}
-	t.Fatal("stream kept delivering after its context was cancelled")
+	status(t, c) // the connection still serves
 }
 
 func TestConnFailureFailsInFlight(t *testing.T) {
