@@ -16,12 +16,16 @@ type nodeLog struct {
 	Node    string  `json:"node"`
 	Entries []entry `json:"entries"`
 	Err     string  `json:"error,omitempty"`
+	// Floor is the node's first retained index, from its /status; 0
+	// means 1 (no trim).
+	Floor uint64 `json:"floor"`
 }
 
 // checkResult is the outcome of the checks of one run.
 type checkResult struct {
 	violations []string
 	final      []entry // the log every node should hold
+	floor      uint64  // the first retained index every node should report
 
 	checkedOps   int // operations in the linearizability check
 	linearizable porcupine.CheckResult
@@ -86,29 +90,45 @@ func checkRun(h history, logs []nodeLog, timeout time.Duration) *checkResult {
 		return r
 	}
 	r.final = logs[ref].Entries
+	r.floor = max(logs[ref].Floor, 1)
 	for _, l := range logs {
 		if l.Err == "" {
 			if d := diffLogs(logs[ref].Entries, l.Entries); d != "" {
 				v.add("logs differ", "%s and %s: %s", logs[ref].Node, l.Node, d)
 			}
+			if f := max(l.Floor, 1); f != r.floor {
+				v.add("floors differ", "%s retains from %d, %s from %d", logs[ref].Node, r.floor, l.Node, f)
+			}
 		}
 	}
 
-	// The final log holds appended records, each once, in index order.
+	// The floor is one a trim asked for.
 	attempted := map[string]bool{}
+	var trimmedTo uint64 = 1 // the highest below any trim asked for
 	for _, op := range h.Ops {
-		if op.Kind == kindAppend {
+		switch op.Kind {
+		case kindAppend:
 			attempted[op.Record] = true
+		case kindTrim:
+			trimmedTo = max(trimmedTo, op.Below)
 		}
 	}
+	if r.floor > trimmedTo {
+		v.add("floor without a trim", "the nodes retain from %d, but no trim asked for more than %d", r.floor, trimmedTo)
+	}
+
+	// The final log holds appended records, each once, in index order,
+	// none below the floor.
 	inLog := map[string]uint64{}
-	atIndex := map[uint64]string{}
 	var lastIndex uint64
 	for _, e := range r.final {
 		if e.Index <= lastIndex {
 			v.add("log out of order", "index %d after index %d", e.Index, lastIndex)
 		}
 		lastIndex = e.Index
+		if e.Index < r.floor {
+			v.add("record below the floor", "the log holds %s below its floor %d", e, r.floor)
+		}
 		if !attempted[e.Data] {
 			v.add("record never appended", "the log holds %s", e)
 		}
@@ -117,10 +137,11 @@ func checkRun(h history, logs []nodeLog, timeout time.Duration) *checkResult {
 			continue
 		}
 		inLog[e.Data] = e.Index
-		atIndex[e.Index] = e.Data
 	}
 
-	// Every acknowledged append is in the log at its index.
+	// Every acknowledged append at or above the floor is in the log at
+	// its index; one below it was trimmed away, unless the log holds it
+	// elsewhere.
 	batches := map[int][]*operation{}
 	for _, op := range h.Ops {
 		if op.Kind != kindAppend || !op.OK {
@@ -128,9 +149,9 @@ func checkRun(h history, logs []nodeLog, timeout time.Duration) *checkResult {
 		}
 		i, ok := inLog[op.Record]
 		switch {
-		case !ok:
+		case !ok && op.Index >= r.floor:
 			v.add("acknowledged append lost", "%s", op)
-		case i != op.Index:
+		case ok && i != op.Index:
 			v.add("acknowledged append moved", "%s, but the log holds it at %d", op, i)
 		}
 		if op.Batch != 0 {
@@ -146,7 +167,53 @@ func checkRun(h history, logs []nodeLog, timeout time.Duration) *checkResult {
 		}
 	}
 
-	// Every read returned exactly the log's records in the range it covered.
+	// Below the floor the final log says nothing, so the log the reads
+	// and the tail are checked against (known) is the final log from the
+	// floor on, and below it the records that acknowledged appends,
+	// reads and the tail place there, which must agree with each other.
+	// (A record below the floor that every node lost cannot be told
+	// from one that was trimmed.)
+	trimmed := map[uint64]string{}
+	place := func(e entry, by string) {
+		if e.Index >= r.floor {
+			return
+		}
+		if have, ok := trimmed[e.Index]; ok && have != e.Data {
+			v.add("trimmed records disagree", "%s places %s, but %q was placed there before", by, e, have)
+			return
+		}
+		trimmed[e.Index] = e.Data
+	}
+	for _, op := range h.Ops {
+		if op.Kind == kindAppend && op.OK {
+			place(entry{Index: op.Index, Data: op.Record}, op.String())
+		}
+	}
+	for _, op := range h.Ops {
+		if (op.Kind == kindRead || op.Kind == kindStaleRead) && op.OK {
+			for _, e := range op.Records {
+				place(e, op.String())
+			}
+		}
+	}
+	for _, ev := range h.Tail {
+		if ev.Record != nil {
+			place(*ev.Record, "the tail at "+fmtNanos(ev.At))
+		}
+	}
+	known := make([]entry, 0, len(trimmed)+len(r.final))
+	for i, d := range trimmed {
+		known = append(known, entry{Index: i, Data: d})
+	}
+	sort.Slice(known, func(i, j int) bool { return known[i].Index < known[j].Index })
+	known = append(known, r.final...)
+	knownAt := make(map[uint64]string, len(known))
+	for _, e := range known {
+		knownAt[e.Index] = e.Data
+	}
+
+	// Every read returned exactly known's records in the range it
+	// covered.
 	for _, op := range h.Ops {
 		if (op.Kind != kindRead && op.Kind != kindStaleRead) || !op.OK {
 			continue
@@ -154,28 +221,42 @@ func checkRun(h history, logs []nodeLog, timeout time.Duration) *checkResult {
 		for _, e := range op.Records {
 			if !attempted[e.Data] {
 				v.add("read a record never appended", "%s", op)
-			} else if _, ok := inLog[e.Data]; !ok {
+			} else if _, ok := inLog[e.Data]; !ok && e.Index >= r.floor {
 				v.add("read a record later lost", "%s returned %s, which is not in the final log", op, e)
 			}
 		}
-		want := logRange(r.final, op.From, op.Next)
+		from := op.From
+		if from == 0 {
+			// From the node's floor then: not above the highest floor a
+			// trim called before the read returned asked for.
+			from = trimmedBefore(h, op.Return)
+			if len(op.Records) > 0 {
+				from = min(from, op.Records[0].Index)
+			}
+		}
+		want := logRange(known, from, op.Next)
 		if len(op.Records) > int(op.Max) || !equalEntries(want, op.Records) {
-			v.add("read disagrees with the log", "%s; the log holds %s in [%d, %d)", op, describeEntries(want), max(op.From, 1), op.Next)
+			v.add("read disagrees with the log", "%s; the log holds %s in [%d, %d)", op, describeEntries(want), max(from, 1), op.Next)
 		}
 	}
 
-	// The tail delivered the log in order, without gaps or repeats.
+	// The tail delivered known in order, without gaps or
+	// repeats, except that where it started or was reopened after a
+	// Trimmed error it may skip records below the highest floor a trim
+	// called before then asked for.
 	var prev *entry
+	restarted := true // the tail opens from the first retained record
 	for _, ev := range h.Tail {
 		e := ev.Record
 		if e == nil {
+			restarted = restarted || ev.Restart
 			continue
 		}
 		switch {
 		case !attempted[e.Data]:
 			v.add("tail delivered a record never appended", "%s at %s", e, fmtNanos(ev.At))
-		case atIndex[e.Index] != e.Data:
-			v.add("tail disagrees with the log", "tail delivered %s at %s; the log holds %q there", e, fmtNanos(ev.At), atIndex[e.Index])
+		case knownAt[e.Index] != e.Data:
+			v.add("tail disagrees with the log", "tail delivered %s at %s; the log holds %q there", e, fmtNanos(ev.At), knownAt[e.Index])
 		case prev != nil && e.Index <= prev.Index:
 			v.add("tail out of order", "%s after %s", e, prev)
 		default:
@@ -183,11 +264,15 @@ func checkRun(h history, logs []nodeLog, timeout time.Duration) *checkResult {
 			if prev != nil {
 				from = prev.Index + 1
 			}
-			if skipped := logRange(r.final, from, e.Index); len(skipped) > 0 {
+			skipped := logRange(known, from, e.Index)
+			if restarted {
+				skipped = logRange(skipped, trimmedBefore(h, ev.At), e.Index)
+			}
+			if len(skipped) > 0 {
 				v.add("tail skipped records", "%s before %s at %s", describeEntries(skipped), e, fmtNanos(ev.At))
 			}
 		}
-		prev = e
+		prev, restarted = e, false
 	}
 
 	// Linearizability.
@@ -205,6 +290,18 @@ func checkRun(h history, logs []nodeLog, timeout time.Duration) *checkResult {
 	}
 	r.violations = v.all()
 	return r
+}
+
+// trimmedBefore returns the highest below of the trims in h called
+// before t, at least 1: no floor set before t can be higher.
+func trimmedBefore(h history, t int64) uint64 {
+	below := uint64(1)
+	for _, op := range h.Ops {
+		if op.Kind == kindTrim && op.Call < t {
+			below = max(below, op.Below)
+		}
+	}
+	return below
 }
 
 // logRange returns the records of log with index in [from, to); from 0
@@ -283,7 +380,7 @@ func writeArtefacts(dir string, c *cluster, h history, logs []nodeLog, res *chec
 	if err == nil {
 		err = write("final-logs.txt", func(w *bufio.Writer) error {
 			for _, l := range logs {
-				fmt.Fprintf(w, "node %s (%d records) %s\n", l.Node, len(l.Entries), l.Err)
+				fmt.Fprintf(w, "node %s (%d records, floor %d) %s\n", l.Node, len(l.Entries), l.Floor, l.Err)
 				for _, e := range l.Entries {
 					fmt.Fprintf(w, "  %s\n", e)
 				}

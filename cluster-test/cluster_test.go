@@ -463,6 +463,35 @@ func (m *member) logTail(n int64) string {
 	return string(b)
 }
 
+// snapshotInstallMark is what raft logs when a node has installed a
+// snapshot a leader streamed to it.
+const snapshotInstallMark = "Installed remote snapshot"
+
+// snapshotInstalls counts the snapshot streams from a leader that m
+// installed: in all, and since it last started.
+func (m *member) snapshotInstalls() (all, sinceStart int) {
+	b, err := os.ReadFile(m.logPath)
+	if err != nil {
+		return 0, 0
+	}
+	all = bytes.Count(b, []byte(snapshotInstallMark))
+	if i := bytes.LastIndex(b, []byte("=== cluster-test: start #")); i >= 0 {
+		b = b[i:]
+	}
+	return all, bytes.Count(b, []byte(snapshotInstallMark))
+}
+
+// snapshotInstalls counts the snapshot streams from a leader that the
+// members installed.
+func (c *cluster) snapshotInstalls() int {
+	n := 0
+	for _, m := range c.members {
+		all, _ := m.snapshotInstalls()
+		n += all
+	}
+	return n
+}
+
 // get fetches an admin endpoint and returns an error unless it answers 200.
 func (m *member) get(path string) error {
 	_, err := m.admin(http.MethodGet, path)
@@ -494,6 +523,7 @@ func (m *member) admin(method, path string) ([]byte, error) {
 type nodeStatus struct {
 	ID, Role, LeaderID                         string
 	Term, LastIndex, CommitIndex, AppliedIndex uint64
+	FirstIndex                                 uint64 // the floor: the first retained index
 }
 
 // status fetches m's /status.
@@ -544,6 +574,7 @@ func decodeStatus(body []byte) (nodeStatus, error) {
 		LastIndex:    num("lastindex"),
 		CommitIndex:  num("commitindex"),
 		AppliedIndex: num("appliedindex"),
+		FirstIndex:   num("firstindex"),
 	}, nil
 }
 

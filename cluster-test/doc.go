@@ -35,22 +35,56 @@
 // recorded with its call and return times on the monotonic clock and with
 // its result or error.
 //
+// # Trimming under faults
+//
+// Runs may also trim: a trimmer in the workload calls Trim every so often
+// (workloadConfig.trimEvery) with a below at most trimKeep under the
+// highest index it knows to be committed (acknowledged or read), so that
+// the floor, the first retained index, rises on every node while the
+// nemeses strike, nodes snapshot and drop their log below it, and a node
+// that is behind or lost its data dir is rebuilt from a snapshot stream.
+// Every trim is recorded, acknowledged or not. A read from below the floor
+// fails with Trimmed (transport.CodeTrimmed); such reads are recorded as
+// a definite outcome, not an unknown one. A tail whose next record was
+// trimmed away fails with Trimmed too; it is then reopened from the first
+// retained record, and the history marks where. Half of the randomized
+// seeds trim (the choice has a random stream of its own, so seeds that do
+// not trim run as they did before); in TestNemeses, trim-kill-follower
+// trims while followers are SIGKILLed and fails unless some node
+// installed a snapshot stream, and trim-wipe-kill-follower also wipes
+// nodes and fails unless a wiped node was rebuilt from a snapshot stream
+// after a trim. The latter is skipped unless RAFTLOG_KNOWN_BUGS is set,
+// because a node bug makes it fail every time (knownTrimRejoinBug).
+//
 // # What the tests guarantee
 //
 // After the faults are healed and the cluster has converged, a run passes
 // only if all of the following hold:
 //
-//   - Every acknowledged append is present exactly once, at the index it
-//     was acknowledged with, on every node.
-//   - Every node's log (read with stale reads from each node) is identical.
+//   - Every node reports the same floor (1 without trims), no higher than
+//     the highest below any trim asked for, and holds no record below it.
+//   - Every acknowledged append at or above the floor is present exactly
+//     once, at the index it was acknowledged with, on every node.
+//   - Every node's log (read with stale reads from each node, from its
+//     floor on) is identical.
 //   - Every record in the log, and every record any read or the tail
 //     returned, is one a client appended; no record appears twice.
-//   - Every read, linearizable or stale, returned exactly the final log's
-//     records in the range it covers ([from, next)), and the tail
-//     delivered the final log's records in order without gaps or repeats.
-//   - The history of appends and linearizable reads is linearizable
+//   - Every read, linearizable or stale, returned exactly the records in
+//     the range it covers ([from, next)) of the known log: the final log
+//     from the floor on, and below it the records that acknowledged
+//     appends, reads and the tail placed there, which must agree. The
+//     tail delivered the known log in order without gaps or repeats,
+//     except that where it started or was reopened after a Trimmed error
+//     it may skip records below the highest floor a trim called before
+//     then asked for.
+//   - The history of appends, trims and linearizable reads (including
+//     those that failed with Trimmed) is linearizable
 //     (github.com/anishathalye/porcupine) with respect to an append-only
-//     log whose indexes increase but are not contiguous; see logModel.
+//     log whose indexes increase but are not contiguous and whose floor
+//     only rises: a read from below the floor must fail with Trimmed and
+//     one from at or above it must not, and must return exactly the
+//     records from there on; see logModel for reads that a concurrent
+//     trim cuts short.
 //   - No node exited unless the test stopped it or failed its disk, no
 //     node log holds a Go panic, a node whose disk failed stopped serving,
 //     and the cluster recovered (elected a leader everyone follows and
@@ -68,9 +102,11 @@
 //	RAFTLOG_SEED=42 go test -run TestRandomized -v ./cluster-test/
 //	RAFTLOG_SOAK=10m go test -run TestSoak -timeout 0 -v ./cluster-test/
 //	go test -run TestFailoverGap -v ./cluster-test/  # the failover figure
+//	RAFTLOG_KNOWN_BUGS=1 go test -run TestNemeses/trim-wipe -v ./cluster-test/
 //
 // RAFTLOG_NODE_BIN names a prebuilt node binary to use instead of building
-// cmd/node.
+// cmd/node. RAFTLOG_KNOWN_BUGS runs the tests that a known node bug makes
+// fail (see knownTrimRejoinBug).
 //
 // # What it does not do
 //
@@ -78,5 +114,9 @@
 // its memory but not what it wrote to the kernel, so the async-flush test
 // shows that a process crash loses nothing acknowledged, not that a power
 // loss does not. It does not delay or reorder packets, skew clocks, or
-// change membership other than by rejoining a wiped node.
+// change membership other than by rejoining a wiped node. Below the final
+// floor it cannot tell a record that every node lost from one that was
+// trimmed, so it checks records there only against what the history
+// itself saw. It does not trim by retention (--retention-bytes,
+// --retention-age), which raises the floor by the same path.
 package clustertest

@@ -18,6 +18,7 @@ const (
 	kindAppend    = "append"     // one record; a multi-record Append records one per record
 	kindRead      = "read"       // linearizable Read
 	kindStaleRead = "stale-read" // Read with Stale from one node
+	kindTrim      = "trim"       // Trim: raise the first retained index on every node
 )
 
 // entry is one record of the log: its index and its data.
@@ -45,13 +46,13 @@ type operation struct {
 	Kind   string `json:"kind"`
 	Call   int64  `json:"call"`
 	Return int64  `json:"return"`
-	OK     bool   `json:"ok"` // returned a result; false: an error, outcome unknown
+	OK     bool   `json:"ok"` // returned a result; false: an error, outcome unknown unless Trimmed
 	Err    string `json:"error,omitempty"`
 
 	// Appends.
 	Record string `json:"record,omitempty"`
 	Batch  int    `json:"batch,omitempty"` // the multi-record Append it was part of; 0 for none
-	Index  uint64 `json:"index,omitempty"` // acknowledged index
+	Index  uint64 `json:"index,omitempty"` // acknowledged index; trims: the raft index of the trim command
 
 	// Reads.
 	From    uint64  `json:"from,omitempty"`
@@ -59,6 +60,13 @@ type operation struct {
 	Node    string  `json:"node,omitempty"` // stale reads: the node read from
 	Records []entry `json:"records,omitempty"`
 	Next    uint64  `json:"next,omitempty"`
+	// Trimmed marks a read that failed with transport.CodeTrimmed: a
+	// definite outcome (From was below the first retained index when the
+	// node read), not an unknown one. OK is false.
+	Trimmed bool `json:"trimmed,omitempty"`
+
+	// Trims.
+	Below uint64 `json:"below,omitempty"` // the first index to keep
 }
 
 func (op *operation) String() string {
@@ -73,6 +81,11 @@ func (op *operation) String() string {
 		if op.OK {
 			fmt.Fprintf(&b, " -> %d", op.Index)
 		}
+	case kindTrim:
+		fmt.Fprintf(&b, "trim(below %d)", op.Below)
+		if op.OK {
+			fmt.Fprintf(&b, " -> committed at %d", op.Index)
+		}
 	default:
 		fmt.Fprintf(&b, "%s(from %d, max %d", op.Kind, op.From, op.Max)
 		if op.Node != "" {
@@ -83,7 +96,10 @@ func (op *operation) String() string {
 			fmt.Fprintf(&b, " -> %v next %d", op.Records, op.Next)
 		}
 	}
-	if !op.OK {
+	switch {
+	case op.Trimmed:
+		fmt.Fprintf(&b, " -> trimmed: %s", op.Err)
+	case !op.OK:
 		fmt.Fprintf(&b, " -> unknown: %s", op.Err)
 	}
 	return b.String()
@@ -94,6 +110,11 @@ type tailEvent struct {
 	At     int64  `json:"at"`
 	Record *entry `json:"record,omitempty"`
 	Err    string `json:"error,omitempty"`
+	// Restart marks an error event after which the tail was reopened
+	// from the first retained record, because its next record was
+	// trimmed away (transport.CodeTrimmed); the records it skipped are
+	// then checked against the trims (see checkRun).
+	Restart bool `json:"restart,omitempty"`
 }
 
 // faultEvent is one fault the nemesis injected, from injection to heal.
@@ -217,7 +238,11 @@ func (h history) writeText(w io.Writer) {
 		if ev.Record != nil {
 			fmt.Fprintf(w, "  %s %s\n", fmtNanos(ev.At), ev.Record)
 		} else {
-			fmt.Fprintf(w, "  %s error: %s\n", fmtNanos(ev.At), ev.Err)
+			restart := ""
+			if ev.Restart {
+				restart = " (reopened from the first retained record)"
+			}
+			fmt.Fprintf(w, "  %s error: %s%s\n", fmtNanos(ev.At), ev.Err, restart)
 		}
 	}
 }

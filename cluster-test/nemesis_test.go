@@ -93,6 +93,11 @@ type nemesis struct {
 	mu     sync.Mutex // guards the fields below
 	counts map[faultKind]int
 	errs   []string // the cluster did not recover, a fault could not be injected
+	// snapshotRejoins counts wiped members that came back with a floor
+	// above 1 and whose log shows that they installed a snapshot a
+	// leader streamed to them: they were rebuilt from a snapshot stream
+	// after a trim.
+	snapshotRejoins int
 }
 
 func newNemesis(c *cluster, rec *recorder, seed uint64, hold [2]time.Duration, overlap float64, probe func(context.Context)) *nemesis {
@@ -470,7 +475,24 @@ func (n *nemesis) rejoin(ctx context.Context, m *member) error {
 	if err != nil {
 		return err
 	}
-	return n.c.waitApplied(ctx, lead.CommitIndex, catchUpTimeout, m)
+	if err := n.c.waitApplied(ctx, lead.CommitIndex, catchUpTimeout, m); err != nil {
+		return err
+	}
+	_, installs := m.snapshotInstalls()
+	if st, err := m.status(); err == nil && st.FirstIndex > 1 && installs > 0 {
+		n.mu.Lock()
+		n.snapshotRejoins++
+		n.mu.Unlock()
+	}
+	return nil
+}
+
+// snapshotRejoinCount returns how many wiped members were rebuilt from a
+// snapshot stream after a trim.
+func (n *nemesis) snapshotRejoinCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.snapshotRejoins
 }
 
 // cut partitions the members of a from those of b, on both sides.

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/raftlog/raftlog/client"
+	"github.com/raftlog/raftlog/transport"
 )
 
 // workloadConfig sizes a workload. Every worker stops after opsPerWorker
@@ -24,11 +25,15 @@ type workloadConfig struct {
 	tail           bool          // a tail from the start of the log
 	opsPerWorker   int           // operation bound per worker
 	think          time.Duration // mean pause between a worker's operations; 0: none
+	trimEvery      time.Duration // mean pause between the trimmer's trims; 0: no trimmer
 }
 
 const (
 	batchSize = 3
 	opTimeout = 20 * time.Second // bounds one operation, retries included
+	// trimKeep bounds how far below the highest index known to be
+	// committed the trimmer trims: it keeps up to trimKeep indexes.
+	trimKeep = 40
 )
 
 // Options of the Clients that do not retry (beyond following a leader
@@ -142,6 +147,16 @@ func startWorkload(ctx context.Context, c *cluster, rec *recorder, cfg workloadC
 		}
 		w.wg.Add(1)
 		go w.runTail(ctx, cl)
+	}
+	if cfg.trimEvery > 0 {
+		cl, err := dial(nil)
+		if err != nil {
+			return fail(err)
+		}
+		lane := w.lanes
+		w.lanes++
+		w.wg.Add(1)
+		go w.runTrimmer(ctx, cl, lane)
 	}
 	return w, nil
 }
@@ -285,6 +300,7 @@ func (w *workload) read(ctx context.Context, cl *client.Client, lane int, rng *r
 	op.Return = w.rec.now()
 	if err != nil {
 		op.Err = err.Error()
+		op.Trimmed = transport.ErrorCode(err) == transport.CodeTrimmed
 	} else {
 		op.OK, op.Records, op.Next = true, entries(recs), next
 		if n := len(recs); n > 0 {
@@ -303,7 +319,52 @@ func (w *workload) nodeOf(addr string) string {
 	return addr
 }
 
-// runTail follows the log from its start until the deadline.
+// runTrimmer trims the log every trimEvery or so, on its own lane, until
+// the deadline: below an index at most trimKeep under the highest index
+// known to be committed (acknowledged or read), so that a trim never
+// asks for a floor past the committed log. Each trim is recorded.
+func (w *workload) runTrimmer(ctx context.Context, cl *client.Client, lane int) {
+	defer w.wg.Done()
+	rng := rand.New(rand.NewPCG(w.seed, uint64(lane)))
+	pause := func() bool {
+		if ctx.Err() != nil || !time.Now().Before(w.deadline) || w.stopped() {
+			return false
+		}
+		t := time.NewTimer(time.Duration(rng.Int64N(int64(2 * w.cfg.trimEvery))))
+		defer t.Stop()
+		select {
+		case <-t.C:
+			return time.Now().Before(w.deadline) && !w.stopped()
+		case <-ctx.Done():
+			return false
+		case <-w.stopCh:
+			return false
+		}
+	}
+	for pause() {
+		hi := w.maxIndex.Load()
+		below := hi - min(hi, rng.Uint64N(trimKeep))
+		if below <= 1 {
+			continue // nothing to trim yet
+		}
+		op := &operation{Lane: lane, Kind: kindTrim, Below: below}
+		octx, cancel := context.WithTimeout(ctx, opTimeout)
+		op.Call = w.rec.now()
+		idx, err := cl.Trim(octx, below)
+		op.Return = w.rec.now()
+		cancel()
+		if err != nil {
+			op.Err = err.Error()
+		} else {
+			op.OK, op.Index = true, idx
+		}
+		w.rec.add(op)
+	}
+}
+
+// runTail follows the log from its start until the deadline. When its
+// next record was trimmed away it reopens from the first retained record
+// and records that it did.
 func (w *workload) runTail(ctx context.Context, cl *client.Client) {
 	defer w.wg.Done()
 	tctx, cancel := context.WithDeadline(ctx, w.deadline)
@@ -316,7 +377,7 @@ func (w *workload) runTail(ctx context.Context, cl *client.Client) {
 		}
 	}()
 	tail := cl.Tail(tctx, 0, client.TailOptions{MaxRecords: 50})
-	defer tail.Close()
+	defer func() { tail.Close() }()
 	for errs := 0; tctx.Err() == nil && errs < 100; {
 		rec, err := tail.Next()
 		at := w.rec.now()
@@ -326,8 +387,15 @@ func (w *workload) runTail(ctx context.Context, cl *client.Client) {
 			}
 			// Next retries for RetryTimeout before it fails; an error
 			// that retrying cannot help comes at once, so wait a little.
-			errs++
-			w.rec.addTail(tailEvent{At: at, Err: err.Error()})
+			ev := tailEvent{At: at, Err: err.Error()}
+			if transport.ErrorCode(err) == transport.CodeTrimmed {
+				tail.Close()
+				tail = cl.Tail(tctx, 0, client.TailOptions{MaxRecords: 50})
+				ev.Restart = true
+			} else {
+				errs++
+			}
+			w.rec.addTail(ev)
 			t := time.NewTimer(100 * time.Millisecond)
 			select {
 			case <-t.C:
