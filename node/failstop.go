@@ -39,6 +39,46 @@ func (s failStopStore) DeleteRange(min, max uint64) error {
 	return s.check(s.Store.DeleteRange(min, max))
 }
 
+// IsMonotonic reports false, although the store is monotonic (raftstore
+// never accepts a gap), so that hashicorp/raft does not wipe the log after
+// installing a snapshot.
+//
+// A follower can hold entries past a snapshot the leader sends it (a
+// deposed leader with uncommitted entries, a node the leader's replication
+// gave up on). With a MonotonicLogStore, raft v1.8.0 then deletes every
+// entry, up to the store's last index, but keeps its own idea of the last
+// index: the node accepted entries after a hole and panicked ("log not
+// found") applying the first missing one, at every restart. Without it,
+// raft compacts only up to the snapshot, which its unbounded TrailingLogs
+// makes a no-op, and keeps the entries after it. The node itself deletes
+// its entries up to the snapshot when a snapshot arrives
+// (logView.dropLiveThrough), so no stale entry below the snapshot remains
+// and no gap is ever stored; the entries after it stay, and raft's usual
+// conflict check replaces those the leader's log does not have.
+func (failStopStore) IsMonotonic() bool { return false }
+
+// GetLog reads an entry. The last entry of the newest snapshot, once
+// deleted, reads as a no-op entry with the snapshot's index and term.
+//
+// That is for the follower's check of the leader's previous entry, the
+// only reader of that index: hashicorp/raft compares the previous index
+// with the snapshot's only when the snapshot is its last entry, and
+// otherwise reads the log, so a follower holding entries past the snapshot
+// (see IsMonotonic) would refuse every AppendEntries that follows the
+// snapshot, and the leader would send the snapshot again, forever. A
+// leader never reads that entry: it sends the previous entry of the
+// snapshot's index from the snapshot, and the entries below it are gone.
+func (s failStopStore) GetLog(index uint64, out *raft.Log) error {
+	err := s.Store.GetLog(index, out)
+	if errors.Is(err, raft.ErrLogNotFound) {
+		if p := s.n.snap.latest.Load(); p != nil && p.index == index {
+			*out = raft.Log{Index: p.index, Term: p.term, Type: raft.LogNoop}
+			return nil
+		}
+	}
+	return err
+}
+
 func (s failStopStore) Set(key, val []byte) error { return s.check(s.Store.Set(key, val)) }
 
 func (s failStopStore) SetUint64(key []byte, val uint64) error {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
@@ -110,5 +111,83 @@ func TestFailedDiskStopsNode(t *testing.T) {
 		if got[i].Index != want {
 			t.Fatalf("record %d at %d, want %d", i, got[i].Index, want)
 		}
+	}
+}
+
+// A deposed leader holding uncommitted entries past the snapshot the new
+// leader sends it (the new leader trimmed past the point where their logs
+// part) installs the snapshot, keeps raft's view of its log consistent,
+// and ends up with the committed log. hashicorp/raft v1.8.0 wiped the
+// whole log of a monotonic store here while keeping its last index, and
+// the node panicked ("log not found") applying the first missing entry.
+func TestSnapshotInstallOverLongerLog(t *testing.T) {
+	c := faultCluster(t)
+	old := c.waitLeader()
+	appendN(t, dial(t, old), "before", 5)
+	conn := dial(t, old)
+	var others []string
+	for _, n := range c.nodes {
+		if n != old {
+			others = append(others, n.RaftAddr())
+		}
+	}
+	post(t, old, "/fault/partition?peers="+url.QueryEscape(strings.Join(others, ",")))
+	for _, n := range c.nodes {
+		if n != old {
+			post(t, n, "/fault/partition?peers="+url.QueryEscape(old.RaftAddr()))
+		}
+	}
+	// The cut-off leader stores these but cannot commit them.
+	base := old.raft.LastIndex()
+	const uncommitted = 200
+	recs := make([][]byte, uncommitted)
+	for i := range recs {
+		recs[i] = []byte(fmt.Sprintf("lost %d", i))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	err := conn.Call(ctx, transport.OpAppend, &transport.AppendRequest{Records: recs}, &transport.AppendResponse{})
+	cancel()
+	if err == nil {
+		t.Fatal("a partitioned leader acknowledged an append")
+	}
+	if got := old.raft.LastIndex(); got < base+uncommitted {
+		t.Fatalf("the cut-off leader stored up to %d, want %d: it lost leadership too soon for the test", got, base+uncommitted)
+	}
+
+	var now *Node
+	waitFor(t, "a new leader", func() bool {
+		for _, n := range c.nodes {
+			if n != old && n.IsLeader() {
+				now = n
+				return true
+			}
+		}
+		return false
+	})
+	nc := dial(t, now)
+	idx := appendN(t, nc, "after", 5)
+	below := idx[len(idx)-1]
+	tr, err := call[transport.TrimResponse](t, nc, transport.OpTrim, &transport.TrimRequest{Below: below})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the new leader deletes below the trim", func() bool { return now.view.first() >= below })
+	if tr.Index >= base+uncommitted {
+		t.Fatalf("trim at %d: the old leader's log (to %d) must reach past it", tr.Index, base+uncommitted)
+	}
+
+	for _, n := range c.nodes {
+		post(t, n, "/fault/partition?peers=")
+	}
+	last := appendN(t, nc, "healed", 3)
+	waitCaughtUp(t, old, last[len(last)-1])
+	sameRecords(t, "old leader after the snapshot", readAll(t, old, true), readAll(t, now, false))
+	if old.keptAfterSnapshot.Load() == 0 {
+		t.Fatal("the old leader installed no snapshot while holding entries past it: the test did not test")
+	}
+	select {
+	case <-old.Done():
+		t.Fatalf("the old leader stopped: %v", old.Err())
+	default:
 	}
 }

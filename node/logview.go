@@ -59,6 +59,29 @@ func (v *logView) deleteBelow(floor, upTo uint64) error {
 	return nil
 }
 
+// dropLiveThrough deletes raft's own entries up to index, the index of a
+// snapshot a leader sent: the archive now holds the retained ones, and
+// those in live may be a deposed leader's entries that the committed log
+// replaced. It returns how many entries live holds after index; they stay
+// (see failStopStore.IsMonotonic).
+func (v *logView) dropLiveThrough(index uint64) (kept uint64, err error) {
+	first, last := bounds(v.live)
+	if last == 0 {
+		return 0, nil
+	}
+	if last > index {
+		kept = last - index
+	}
+	if first > index {
+		return kept, nil
+	}
+	var live interface{ DeleteRange(min, max uint64) error } = v.live
+	if v.liveDeleter != nil {
+		live = v.liveDeleter
+	}
+	return kept, live.DeleteRange(first, min(index, last))
+}
+
 // first returns the lowest index held, 0 when none is.
 func (v *logView) first() uint64 {
 	if first, last := bounds(v.archive); last != 0 {

@@ -68,9 +68,12 @@ type Node struct {
 	joining  bool          // a new member, not yet promoted (rejoin.go)
 	voting   chan struct{} // closed once the node votes
 	joinedAt atomic.Uint64 // index of the entry that added it, 0 if unknown
-	failOnce sync.Once
-	failed   chan struct{}
-	failErr  error
+	// keptAfterSnapshot counts the entries past a received snapshot that
+	// the node held when it installed the snapshot, and kept (for tests).
+	keptAfterSnapshot atomic.Uint64
+	failOnce          sync.Once
+	failed            chan struct{}
+	failErr           error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -163,7 +166,14 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if n.snap, err = newSnapStore(filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
 		return err
 	}
-	n.snap.installed = func(floor, index uint64) {
+	n.snap.installed = func(floor, index uint64, received bool) {
+		if received {
+			kept, err := n.view.dropLiveThrough(index)
+			if err != nil {
+				c.Logger.Error("deleting the entries a received snapshot covers", "index", index, "error", err)
+			}
+			n.keptAfterSnapshot.Add(kept)
+		}
 		if err := n.view.deleteBelow(floor, index); err != nil {
 			c.Logger.Error("deleting trimmed entries", "floor", floor, "error", err)
 		}

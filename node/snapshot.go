@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -137,10 +138,30 @@ type snapStore struct {
 	logger hclog.Logger
 	retain int
 	// installed is called once a snapshot is durable, with its floor and
-	// index, to delete the log below the floor.
-	installed func(floor, index uint64)
+	// index and whether a leader sent it, to delete the log below the
+	// floor (and, for a snapshot sent, raft's own entries up to it).
+	installed func(floor, index uint64, received bool)
+	// latest is the index and term of the newest durable snapshot
+	// (failStopStore.GetLog); nil when there is none.
+	latest atomic.Pointer[snapPoint]
 
 	mu sync.Mutex // serialises writes of snapshot files
+}
+
+// snapPoint is the last entry a snapshot covers.
+type snapPoint struct{ index, term uint64 }
+
+// noteLatest records p as the newest snapshot unless a newer one is.
+func (s *snapStore) noteLatest(p snapPoint) {
+	for {
+		cur := s.latest.Load()
+		if cur != nil && cur.index >= p.index {
+			return
+		}
+		if s.latest.CompareAndSwap(cur, &p) {
+			return
+		}
+	}
 }
 
 const snapSuffix = ".snap"
@@ -158,7 +179,15 @@ func newSnapStore(dir string, view *logView, db *raftstore.DB, logger hclog.Logg
 			os.Remove(filepath.Join(dir, e.Name()))
 		}
 	}
-	return &snapStore{dir: dir, view: view, db: db, logger: logger, retain: 2}, nil
+	s := &snapStore{dir: dir, view: view, db: db, logger: logger, retain: 2}
+	files, err := s.files()
+	if err != nil {
+		return nil, err
+	}
+	if len(files) > 0 {
+		s.noteLatest(snapPoint{files[0].meta.Index, files[0].meta.Term})
+	}
+	return s, nil
 }
 
 // snapFile is a snapshot on disk.
@@ -270,7 +299,12 @@ func (s *snapStore) files() ([]*snapFile, error) {
 		if a.Index != b.Index {
 			return a.Index > b.Index
 		}
-		return a.Term > b.Term
+		if a.Term != b.Term {
+			return a.Term > b.Term
+		}
+		// The same snapshot received again: the later copy first (IDs
+		// end in the creation time in milliseconds).
+		return a.ID > b.ID
 	})
 	return files, nil
 }
@@ -377,8 +411,9 @@ type snapSink struct {
 	err    error // what the first Close returned
 
 	// Set by parse before it returns.
-	state []byte
-	floor uint64
+	state    []byte
+	floor    uint64
+	received bool // the stream carried records: sent by a leader, not taken here
 }
 
 // ID implements raft.SnapshotSink.
@@ -437,10 +472,13 @@ func (k *snapSink) close() error {
 		return err
 	}
 	for _, f := range files[min(len(files), s.retain):] {
-		os.Remove(filepath.Join(s.dir, f.meta.ID+snapSuffix))
+		if f.meta.ID != k.meta.ID {
+			os.Remove(filepath.Join(s.dir, f.meta.ID+snapSuffix))
+		}
 	}
+	s.noteLatest(snapPoint{k.meta.Index, k.meta.Term})
 	if s.installed != nil {
-		s.installed(k.floor, k.meta.Index)
+		s.installed(k.floor, k.meta.Index, k.received)
 	}
 	return nil
 }
@@ -455,7 +493,7 @@ func (k *snapSink) parse(r *bufio.Reader) error {
 	if err != nil {
 		return err
 	}
-	k.state, k.floor = h.state, floor
+	k.state, k.floor, k.received = h.state, floor, h.flags&flagRecords != 0
 	if h.flags&flagRecords == 0 {
 		return expectEnd(r, 0)
 	}
