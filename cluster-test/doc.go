@@ -53,8 +53,7 @@
 // trims while followers are SIGKILLed and fails unless some node
 // installed a snapshot stream, and trim-wipe-kill-follower also wipes
 // nodes and fails unless a wiped node was rebuilt from a snapshot stream
-// after a trim. The latter is skipped unless RAFTLOG_KNOWN_BUGS is set,
-// because a node bug makes it fail every time (knownTrimRejoinBug).
+// after a trim (it found a node bug, fixed: see node/failstop.go).
 //
 // # What the tests guarantee
 //
@@ -102,11 +101,9 @@
 //	RAFTLOG_SEED=42 go test -run TestRandomized -v ./cluster-test/
 //	RAFTLOG_SOAK=10m go test -run TestSoak -timeout 0 -v ./cluster-test/
 //	go test -run TestFailoverGap -v ./cluster-test/  # the failover figure
-//	RAFTLOG_KNOWN_BUGS=1 go test -run TestNemeses/trim-wipe -v ./cluster-test/
 //
 // RAFTLOG_NODE_BIN names a prebuilt node binary to use instead of building
-// cmd/node. RAFTLOG_KNOWN_BUGS runs the tests that a known node bug makes
-// fail (see knownTrimRejoinBug).
+// cmd/node.
 //
 // # What it does not do
 //

@@ -488,10 +488,10 @@ func TestNemeses(t *testing.T) {
 	// Trims while nodes are killed and wiped: a wiped node rejoins after
 	// the leader has dropped the log below the floor, so it must be
 	// rebuilt from a snapshot stream, and the run fails unless one was.
+	// It failed every time until the node stopped letting hashicorp/raft
+	// wipe the log of a follower holding entries past an installed
+	// snapshot (node/failstop.go).
 	t.Run("trim-wipe-kill-follower", func(t *testing.T) {
-		if os.Getenv("RAFTLOG_KNOWN_BUGS") == "" {
-			t.Skip(knownTrimRejoinBug)
-		}
 		t.Parallel()
 		rc := trimNemesisConfig(132, duration, faultWipe, faultKillFollower)
 		rc.overlap = 0.5
@@ -499,14 +499,6 @@ func TestNemeses(t *testing.T) {
 		runCluster(t, rc)
 	})
 }
-
-// knownTrimRejoinBug is why TestNemeses/trim-wipe-kill-follower is
-// skipped unless RAFTLOG_KNOWN_BUGS is set.
-const knownTrimRejoinBug = `a node bug makes it fail every time: a node that rejoined after a wipe ` +
-	`and then installs a second snapshot stream while holding entries past its index panics ` +
-	`("panic: log not found" in raft's processLogs) and then panics at every restart ` +
-	`(hashicorp/raft installSnapshot empties a MonotonicLogStore without resetting lastLog; ` +
-	`see hashicorp/raft#697). Run it with RAFTLOG_KNOWN_BUGS=1`
 
 // trimNemesisConfig is the run of a TestNemeses subtest that trims every
 // 400ms or so while the nemeses kinds strike a 3-node cluster, and that
