@@ -706,6 +706,39 @@ func (c *cluster) waitApplied(ctx context.Context, index uint64, timeout time.Du
 	return nil
 }
 
+// waitVoter waits until m's own /status lists it as a voter.
+func (c *cluster) waitVoter(ctx context.Context, m *member, timeout time.Duration) error {
+	var why string
+	err := poll(ctx, timeout, func() (bool, error) {
+		body, err := m.admin(http.MethodGet, "/status")
+		if err != nil {
+			why = err.Error()
+			return false, nil
+		}
+		var st struct {
+			Members []struct {
+				ID       string `json:"id"`
+				Suffrage string `json:"suffrage"`
+			} `json:"members"`
+		}
+		if err := json.Unmarshal(body, &st); err != nil {
+			return false, fmt.Errorf("%s: /status: %w", m.id, err)
+		}
+		for _, s := range st.Members {
+			if s.ID == m.id {
+				why = fmt.Sprintf("%s is a %s", m.id, s.Suffrage)
+				return s.Suffrage == "Voter", nil
+			}
+		}
+		why = fmt.Sprintf("%s is not a member", m.id)
+		return false, nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s not a voter within %v (%s): %w", m.id, timeout, why, err)
+	}
+	return nil
+}
+
 // heal resumes paused members, lifts every partition, starts members that
 // are down, and waits until the cluster is healthy.
 func (c *cluster) heal(ctx context.Context) error {

@@ -478,6 +478,13 @@ func (n *nemesis) rejoin(ctx context.Context, m *member) error {
 	if err := n.c.waitApplied(ctx, lead.CommitIndex, catchUpTimeout, m); err != nil {
 		return err
 	}
+	// A wiped member votes again only once the leader has promoted it.
+	// Until then the cluster has one voter fewer: a second data-losing
+	// fault before that would take its quorum, so the fault lasts until
+	// the promotion.
+	if err := n.c.waitVoter(ctx, m, catchUpTimeout); err != nil {
+		return err
+	}
 	_, installs := m.snapshotInstalls()
 	if st, err := m.status(); err == nil && st.FirstIndex > 1 && installs > 0 {
 		n.mu.Lock()
