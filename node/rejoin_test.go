@@ -140,3 +140,47 @@ func startNoJoinWait(t *testing.T, cfg Config) *Node {
 	t.Cleanup(cancel)
 	return n
 }
+
+// Heartbeats go through the consumer channel, to raft's main goroutine,
+// never to a fast-path handler on the transport's goroutine (see
+// voteGate.SetHeartbeatHandler).
+func TestHeartbeatsReachTheMainLoop(t *testing.T) {
+	listen := func() *raft.NetworkTransport {
+		tr, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr
+	}
+	server, client := listen(), listen()
+	defer client.Close()
+	g := newVoteGate(server, true, "n1")
+	defer g.Close()
+	fast := make(chan struct{}, 1)
+	g.SetHeartbeatHandler(func(rpc raft.RPC) {
+		fast <- struct{}{}
+		rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
+	})
+	done := make(chan error, 1)
+	go func() {
+		req := &raft.AppendEntriesRequest{
+			RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n2"), Addr: []byte(client.LocalAddr())},
+			Term:      7,
+		}
+		done <- client.AppendEntries("n1", server.LocalAddr(), req, &raft.AppendEntriesResponse{})
+	}()
+	select {
+	case rpc := <-g.Consumer():
+		if hb, ok := rpc.Command.(*raft.AppendEntriesRequest); !ok || hb.Term != 7 || len(hb.Entries) != 0 {
+			t.Fatalf("consumer got %#v, want the heartbeat", rpc.Command)
+		}
+		rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
+	case <-fast:
+		t.Fatal("the heartbeat went to the fast-path handler")
+	case <-time.After(10 * time.Second):
+		t.Fatal("the heartbeat never arrived")
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
