@@ -31,12 +31,9 @@ func faultCluster(t *testing.T) *testCluster {
 	})
 }
 
-// Cutting the leader off makes the others elect a new one; healing brings
-// the old leader back as a follower holding everything committed.
-func TestPartitionedLeaderIsReplaced(t *testing.T) {
-	c := faultCluster(t)
-	old := c.waitLeader()
-	appendN(t, dial(t, old), "before", 5)
+// isolate cuts old off from the other nodes of c, both ways.
+func isolate(t *testing.T, c *testCluster, old *Node) {
+	t.Helper()
 	var others []string
 	for _, n := range c.nodes {
 		if n != old {
@@ -49,6 +46,11 @@ func TestPartitionedLeaderIsReplaced(t *testing.T) {
 			post(t, n, "/fault/partition?peers="+url.QueryEscape(old.RaftAddr()))
 		}
 	}
+}
+
+// waitNewLeader waits until a node of c other than old leads.
+func waitNewLeader(t *testing.T, c *testCluster, old *Node) *Node {
+	t.Helper()
 	var now *Node
 	waitFor(t, "a new leader", func() bool {
 		for _, n := range c.nodes {
@@ -59,6 +61,17 @@ func TestPartitionedLeaderIsReplaced(t *testing.T) {
 		}
 		return false
 	})
+	return now
+}
+
+// Cutting the leader off makes the others elect a new one; healing brings
+// the old leader back as a follower holding everything committed.
+func TestPartitionedLeaderIsReplaced(t *testing.T) {
+	c := faultCluster(t)
+	old := c.waitLeader()
+	appendN(t, dial(t, old), "before", 5)
+	isolate(t, c, old)
+	now := waitNewLeader(t, c, old)
 	idx := appendN(t, dial(t, now), "after", 5)
 	// The old leader cannot commit: its appends time out or fail.
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -125,18 +138,7 @@ func TestSnapshotInstallOverLongerLog(t *testing.T) {
 	old := c.waitLeader()
 	appendN(t, dial(t, old), "before", 5)
 	conn := dial(t, old)
-	var others []string
-	for _, n := range c.nodes {
-		if n != old {
-			others = append(others, n.RaftAddr())
-		}
-	}
-	post(t, old, "/fault/partition?peers="+url.QueryEscape(strings.Join(others, ",")))
-	for _, n := range c.nodes {
-		if n != old {
-			post(t, n, "/fault/partition?peers="+url.QueryEscape(old.RaftAddr()))
-		}
-	}
+	isolate(t, c, old)
 	// The cut-off leader stores these but cannot commit them.
 	base := old.raft.LastIndex()
 	const uncommitted = 200
@@ -154,16 +156,7 @@ func TestSnapshotInstallOverLongerLog(t *testing.T) {
 		t.Fatalf("the cut-off leader stored up to %d, want %d: it lost leadership too soon for the test", got, base+uncommitted)
 	}
 
-	var now *Node
-	waitFor(t, "a new leader", func() bool {
-		for _, n := range c.nodes {
-			if n != old && n.IsLeader() {
-				now = n
-				return true
-			}
-		}
-		return false
-	})
+	now := waitNewLeader(t, c, old)
 	nc := dial(t, now)
 	idx := appendN(t, nc, "after", 5)
 	below := idx[len(idx)-1]
