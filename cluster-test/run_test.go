@@ -456,27 +456,7 @@ func TestNemeses(t *testing.T) {
 				t.Skip("node serve has no --fault-injection flag yet")
 			}
 			t.Parallel() // two small clusters at a time: they mostly wait
-			runCluster(t, runConfig{
-				seed:     uint64(100 + i),
-				nodes:    k.minNodes(),
-				kinds:    []faultKind{k},
-				duration: duration,
-				quiet:    2 * time.Second,
-				hold:     [2]time.Duration{time.Second, 1500 * time.Millisecond},
-				gap:      300 * time.Millisecond,
-				workload: workloadConfig{
-					duration:       duration,
-					retryAppenders: 2,
-					onceAppenders:  1,
-					batchAppenders: 1,
-					readers:        1,
-					staleReaders:   1,
-					tail:           true,
-					opsPerWorker:   100,
-					think:          duration / 100,
-				},
-				checkTimeout: time.Minute,
-			})
+			runCluster(t, nemesisConfig(uint64(100+i), k.minNodes(), duration, k))
 		})
 	}
 	// Trims while followers are killed: a follower that comes back more
@@ -504,9 +484,19 @@ func TestNemeses(t *testing.T) {
 // 400ms or so while the nemeses kinds strike a 3-node cluster, and that
 // fails unless some node installed a snapshot stream.
 func trimNemesisConfig(seed uint64, duration time.Duration, kinds ...faultKind) runConfig {
+	rc := nemesisConfig(seed, 3, duration, kinds...)
+	rc.workload.readers = 2
+	rc.workload.trimEvery = 400 * time.Millisecond
+	rc.wantSnapshotInstall = true
+	return rc
+}
+
+// nemesisConfig is the run of one TestNemeses subtest: a small workload
+// of every kind of client under the given faults, one at a time.
+func nemesisConfig(seed uint64, nodes int, duration time.Duration, kinds ...faultKind) runConfig {
 	return runConfig{
 		seed:     seed,
-		nodes:    3,
+		nodes:    nodes,
 		kinds:    kinds,
 		duration: duration,
 		quiet:    2 * time.Second,
@@ -517,15 +507,13 @@ func trimNemesisConfig(seed uint64, duration time.Duration, kinds ...faultKind) 
 			retryAppenders: 2,
 			onceAppenders:  1,
 			batchAppenders: 1,
-			readers:        2,
+			readers:        1,
 			staleReaders:   1,
 			tail:           true,
 			opsPerWorker:   100,
 			think:          duration / 100,
-			trimEvery:      400 * time.Millisecond,
 		},
-		checkTimeout:        time.Minute,
-		wantSnapshotInstall: true,
+		checkTimeout: time.Minute,
 	}
 }
 
