@@ -473,8 +473,10 @@ func TestNemeses(t *testing.T) {
 	// snapshot (node/failstop.go).
 	t.Run("trim-wipe-kill-follower", func(t *testing.T) {
 		t.Parallel()
+		// One fault at a time: with a kill or a second wipe on top of a
+		// wipe, a 3-node cluster can be left with one voter that holds
+		// data until the wiped node is promoted, and stall.
 		rc := trimNemesisConfig(132, duration, faultWipe, faultKillFollower)
-		rc.overlap = 0.5
 		rc.wantSnapshotRejoin = true
 		runCluster(t, rc)
 	})
