@@ -183,13 +183,20 @@ func (w *workload) spawn(ctx context.Context, lanes int, op func(ctx context.Con
 
 // pause waits a random think time; false when the worker should stop.
 func (w *workload) pause(ctx context.Context, rng *rand.Rand) bool {
+	return w.sleepFor(ctx, rng, w.cfg.think)
+}
+
+// sleepFor sleeps for a random time averaging mean (none when mean is not
+// positive) and reports whether the worker should go on: false once the
+// run is over, stopped or cancelled.
+func (w *workload) sleepFor(ctx context.Context, rng *rand.Rand, mean time.Duration) bool {
 	if ctx.Err() != nil || !time.Now().Before(w.deadline) || w.stopped() {
 		return false
 	}
-	if w.cfg.think <= 0 {
+	if mean <= 0 {
 		return true
 	}
-	t := time.NewTimer(time.Duration(rng.Int64N(int64(2 * w.cfg.think))))
+	t := time.NewTimer(time.Duration(rng.Int64N(int64(2 * mean))))
 	defer t.Stop()
 	select {
 	case <-t.C:
@@ -326,21 +333,7 @@ func (w *workload) nodeOf(addr string) string {
 func (w *workload) runTrimmer(ctx context.Context, cl *client.Client, lane int) {
 	defer w.wg.Done()
 	rng := rand.New(rand.NewPCG(w.seed, uint64(lane)))
-	pause := func() bool {
-		if ctx.Err() != nil || !time.Now().Before(w.deadline) || w.stopped() {
-			return false
-		}
-		t := time.NewTimer(time.Duration(rng.Int64N(int64(2 * w.cfg.trimEvery))))
-		defer t.Stop()
-		select {
-		case <-t.C:
-			return time.Now().Before(w.deadline) && !w.stopped()
-		case <-ctx.Done():
-			return false
-		case <-w.stopCh:
-			return false
-		}
-	}
+	pause := func() bool { return w.sleepFor(ctx, rng, w.cfg.trimEvery) }
 	for pause() {
 		hi := w.maxIndex.Load()
 		below := hi - min(hi, rng.Uint64N(trimKeep))
