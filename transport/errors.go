@@ -42,6 +42,25 @@ const (
 	CodeCanceled Code = 11
 	// CodeInternal: the server failed, for example a handler panicked.
 	CodeInternal Code = 12
+	// CodeNoSpace: appends are refused because too few members can store
+	// them (their data dirs are below the free-space reserve); the message
+	// names them. Reads are served; retry once space is freed.
+	CodeNoSpace Code = 13
+	// CodeSessionExpired: an append carries a client id and sequence
+	// number that the cluster can no longer check for duplicates (the
+	// client's session was evicted or never seen, and the sequence number
+	// is not the session's first). The append was not stored; a client
+	// that does not know whether its earlier appends were stored must read
+	// the log to find out, then continue under a new client id.
+	CodeSessionExpired Code = 14
+	// CodePermissionDenied: the caller's identity may not perform the
+	// operation (for example a client that is not an admin asking for a
+	// trim). Do not retry it unchanged.
+	CodePermissionDenied Code = 15
+	// CodeFailedPrecondition: the request is valid but the cluster is not in
+	// a state where it makes sense (for example a leadership transfer to
+	// the node that already leads). Do not retry it unchanged.
+	CodeFailedPrecondition Code = 16
 )
 
 var codeNames = [...]string{
@@ -57,11 +76,15 @@ var codeNames = [...]string{
 	CodeTrimmed:            "Trimmed",
 	CodeCanceled:           "Canceled",
 	CodeInternal:           "Internal",
+	CodeNoSpace:            "NoSpace",
+	CodeSessionExpired:     "SessionExpired",
+	CodePermissionDenied:   "PermissionDenied",
+	CodeFailedPrecondition: "FailedPrecondition",
 }
 
 // String returns the name of c.
 func (c Code) String() string {
-	if c >= CodeBadRequest && c <= CodeInternal {
+	if c >= CodeBadRequest && c <= CodeFailedPrecondition {
 		return codeNames[c]
 	}
 	return fmt.Sprintf("Code(%d)", uint16(c))

@@ -220,7 +220,7 @@ func TestNames(t *testing.T) {
 	if _, ok := NewRequest(Op(99)); ok {
 		t.Fatal("NewRequest of an unknown op")
 	}
-	if CodeNotLeader.String() != "NotLeader" || Code(0).String() != "Code(0)" || Code(99).String() != "Code(99)" {
+	if CodeNotLeader.String() != "NotLeader" || Code(0).String() != "Code(0)" || CodeFailedPrecondition.String() != "FailedPrecondition" || Code(99).String() != "Code(99)" {
 		t.Fatal("code names")
 	}
 }
