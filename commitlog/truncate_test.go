@@ -88,3 +88,41 @@ func truncateRaceCase(t *testing.T, wp WritePath, call func(*Log, int64), checkp
 	l, _ = crashAndReopen(t, l, fs, crashDropAll, opts, "after the appends")
 	m.check(t, l, true, "after a crash")
 }
+
+// TestSyncStopsAtWrote checks that a sync never counts bytes past the end
+// of the written log as durable, even when it is asked to: here a tail is
+// published ahead of wrote, as Write does for a moment between its two
+// stores, and a sync runs in that moment.
+func TestSyncStopsAtWrote(t *testing.T) {
+	fs := faultfs.New(12)
+	opts := crashOptions(fs, 1<<16, SyncFlush, WritePwrite)
+	l, err := Open(crashTestDir, &opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := l.AppendBatch([][]byte{[]byte("one"), []byte("two")}); err != nil {
+		t.Fatal(err)
+	}
+	l.mu.Lock()
+	real := l.tail.Load()
+	ahead := *real
+	ahead.end += 4096
+	ahead.lastRecord = real.end
+	l.tail.Store(&ahead)
+	err = l.syncAll()
+	l.tail.Store(real)
+	l.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d, e := l.Durable(), l.End(); d > e {
+		t.Fatalf("Durable() = %d after a sync, past End() = %d", d, e)
+	}
+	if _, err := l.Append([]byte("three")); err != nil {
+		t.Fatal(err)
+	}
+	if d, e := l.Durable(), l.End(); d != e {
+		t.Fatalf("after a synchronous append: Durable() = %d, End() = %d", d, e)
+	}
+}
