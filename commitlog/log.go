@@ -207,7 +207,8 @@ func (l *Log) First() int64 { return (*l.segs.Load())[0].base }
 // End returns the position just past the last record written.
 func (l *Log) End() int64 { return l.wrote.Load() }
 
-// Durable returns the position below which every record is durable.
+// Durable returns the position below which every record is durable. It is
+// never past End.
 func (l *Log) Durable() int64 { return l.flushed.Load() }
 
 // Err returns the error that failed the log, or nil.
