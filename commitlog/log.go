@@ -105,9 +105,9 @@ type Log struct {
 	// that no reader copies bytes that appends are about to overwrite.
 	readMu sync.RWMutex
 
-	// segs, tail and wrote are stored under mu; a truncation, the only
-	// change that moves tail and wrote back, also holds syncMu, so that
-	// every syncer sees them move together with flushed.
+	// segs, tail and wrote are stored under mu. tail and wrote move back
+	// only in a truncation, which stores them under syncMu as well, so
+	// that every syncer sees them move together with flushed.
 	segs    atomic.Pointer[segmentList]
 	tail    atomic.Pointer[tail]
 	wrote   atomic.Int64 // end of written bytes visible to readers
