@@ -736,6 +736,41 @@ func TestCrashFreshLog(t *testing.T) {
 	}
 }
 
+// TestCrashNewDirectoryTree opens a log for the first time in a directory
+// tree that does not exist yet, acknowledges records and crashes soon
+// after: the directories must survive with the records in them, so that the
+// log reopens with every acknowledged record, not empty.
+func TestCrashNewDirectoryTree(t *testing.T) {
+	const dir = "/data/node1/store/log"
+	for _, mode := range []crashMode{crashRandom, crashDropAll, crashKeepAll} {
+		for _, v := range crashVariants {
+			t.Run(mode.name+"/"+v.name, func(t *testing.T) {
+				rng := rand.New(rand.NewSource(14))
+				fs := faultfs.New(14)
+				opts := crashOptions(fs, 4096, SyncFlush, v.wp)
+				opts.Preallocate = v.prealloc
+				l, err := Open(dir, &opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				m := &crashModel{}
+				crashAppend(t, l, m, rng, true, 3, 2000)
+				crashSettle(l)
+				opts.FS = mode.crash(fs)
+				l.Close() // fails: the file system is gone
+				if l, err = Open(dir, &opts); err != nil {
+					t.Fatalf("Open after a %s crash: %v", mode.name, err)
+				}
+				defer l.Close()
+				if !l.Recovery().Crashed {
+					t.Errorf("Recovery().Crashed is false after a %s crash", mode.name)
+				}
+				m.check(t, l, true, "after the crash")
+			})
+		}
+	}
+}
+
 // TestCrashCheckpointMeta checks that the blob of Options.CheckpointMeta
 // comes back from Meta after a clean Close and after a crash.
 func TestCrashCheckpointMeta(t *testing.T) {

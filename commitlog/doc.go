@@ -44,6 +44,9 @@
 //
 // Truncate and DeleteBefore are durable when they return, and every file
 // creation, rename and removal is followed by a sync of the directory.
+// Open creates a missing log directory, and its missing parents, with
+// vfs.FS.MkdirAll, which syncs the parent of each: a power loss soon after
+// the first Open cannot undo the directory and the records in it.
 //
 // # Recovery
 //

@@ -156,9 +156,20 @@ func (l *Log) syncAll() error {
 
 // syncLocked syncs [flushed, target) and advances the durable state. A
 // failed sync fails the log. syncMu must be held.
+//
+// The target is clamped to the end of the written log: flushed never
+// passes wrote, so no append below flushed can ever be acknowledged without
+// a sync. Only a truncation moves wrote back, and it does so under syncMu,
+// so wrote read here stays valid for the whole sync.
 func (l *Log) syncLocked(target, lastRecord, lastTS int64, records uint64) error {
 	if err := l.Err(); err != nil {
 		return err
+	}
+	if w := l.wrote.Load(); target > w {
+		// A tail published a moment before its wrote (see Write): sync
+		// what is written, and leave the newest durable record as it
+		// was, since the one named ends past w.
+		target, lastRecord, records = w, -1, l.syncedRecords
 	}
 	from := l.flushed.Load()
 	if target <= from {

@@ -71,7 +71,7 @@ type Log struct {
 	info RecoveryInfo
 
 	// mu serialises writers: appends, segment changes, truncation and Close.
-	// Lock order: mu, then cpMu, then readMu or syncMu.
+	// Lock order: mu, then cpMu, then syncMu, then readMu.
 	mu          sync.Mutex
 	active      *segment        // mu: the segment appends go to, last in segs
 	activeSince time.Time       // mu: when active became the active segment
@@ -105,10 +105,13 @@ type Log struct {
 	// that no reader copies bytes that appends are about to overwrite.
 	readMu sync.RWMutex
 
+	// segs, tail and wrote are stored under mu. tail and wrote move back
+	// only in a truncation, which stores them under syncMu as well, so
+	// that every syncer sees them move together with flushed.
 	segs    atomic.Pointer[segmentList]
 	tail    atomic.Pointer[tail]
 	wrote   atomic.Int64 // end of written bytes visible to readers
-	flushed atomic.Int64 // every byte below is durable
+	flushed atomic.Int64 // syncMu to store; every byte below is durable; never past wrote
 	failure atomic.Pointer[error]
 	// truncations counts suffix truncations, so that a checkpoint whose
 	// meta was taken before one is not written after it.
@@ -204,7 +207,8 @@ func (l *Log) First() int64 { return (*l.segs.Load())[0].base }
 // End returns the position just past the last record written.
 func (l *Log) End() int64 { return l.wrote.Load() }
 
-// Durable returns the position below which every record is durable.
+// Durable returns the position below which every record is durable. It is
+// never past End.
 func (l *Log) Durable() int64 { return l.flushed.Load() }
 
 // Err returns the error that failed the log, or nil.

@@ -53,6 +53,15 @@ func (l *Log) Truncate(to int64) error {
 		l.epochStart = to
 		l.flushed.Store(to)
 		l.durableRecord, l.durableTS = prevRecord, prevTS
+		// The end moves back with the durable state, under syncMu: a
+		// syncer that ran between the two would sync up to the old end
+		// and count it durable, and appends below it would then return
+		// without a sync.
+		l.readMu.Lock()
+		l.wrote.Store(to)
+		l.lastRecord, l.lastTS = prevRecord, prevTS
+		l.tail.Store(&tail{end: to, lastRecord: prevRecord, lastTS: prevTS, records: l.records})
+		l.readMu.Unlock()
 	}
 	l.syncMu.Unlock()
 	if err == nil {
@@ -77,12 +86,7 @@ func (l *Log) Truncate(to int64) error {
 			keep = append(keep, s)
 		}
 	}
-	l.readMu.Lock()
 	l.segs.Store(&keep)
-	l.wrote.Store(to)
-	l.lastRecord, l.lastTS = prevRecord, prevTS
-	l.tail.Store(&tail{end: to, lastRecord: prevRecord, lastTS: prevTS, records: l.records})
-	l.readMu.Unlock()
 	if len(drop) > 0 {
 		l.removeSegments(drop)
 		if err := l.fs.SyncDir(l.dir); err != nil {

@@ -8,7 +8,6 @@ import (
 	"math"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -110,7 +109,10 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := os.MkdirAll(c.DataDir, 0o755); err != nil {
+	// The data dir and every directory under it are made durable as they
+	// are created: a power loss soon after the first start must not undo
+	// them and leave a node that bootstraps a new cluster.
+	if err := vfs.Default.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
 	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{})}

@@ -167,7 +167,7 @@ func (s *snapStore) noteLatest(p snapPoint) {
 const snapSuffix = ".snap"
 
 func newSnapStore(dir string, view *logView, db *raftstore.DB, logger hclog.Logger) (*snapStore, error) {
-	if err := os.MkdirAll(dir, 0o755); err != nil {
+	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create %s: %w", dir, err)
 	}
 	names, err := os.ReadDir(dir)

@@ -6,6 +6,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -600,6 +601,65 @@ func TestCrashStableSurvives(t *testing.T) {
 			t.Fatalf("%s: Groups() = %v", crFlushName(flush), got)
 		}
 		db.Close()
+	}
+}
+
+// TestCrashNewDirectoryTree opens a DB for the first time in a directory
+// tree that does not exist yet (store, its log and index directories and a
+// directory per group), stores entries and stable values and crashes soon
+// after, dropping everything unsynced: the directories must survive, and
+// with them every acknowledged entry and value; a DB that came back empty
+// would make a raft node bootstrap a new cluster.
+func TestCrashNewDirectoryTree(t *testing.T) {
+	const dir = "/data/node1/store"
+	for _, flush := range []FlushMode{SyncFlush, AsyncFlush} {
+		t.Run(crFlushName(flush), func(t *testing.T) {
+			fs := faultfs.New(15)
+			db, err := OpenDB(dir, crOptions(fs, flush))
+			if err != nil {
+				t.Fatal(err)
+			}
+			models := map[uint64]*ctModel{}
+			for g := uint64(1); g <= 2; g++ {
+				s, err := db.Store(g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.SetUint64([]byte("CurrentTerm"), 10+g); err != nil {
+					t.Fatal(err)
+				}
+				m := &ctModel{}
+				crStore(t, s, m, ctEntries(1, 5, 1, 100))
+				models[g] = m
+			}
+			if flush == AsyncFlush {
+				// Entries are acknowledged only once synced.
+				if err := db.Sync(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			fs = fs.CrashDropAll()
+			db.Close() // fails: the file system is gone
+			if db, err = OpenDB(dir, crOptions(fs, flush)); err != nil {
+				t.Fatalf("reopen: %v", err)
+			}
+			defer db.Close()
+			if got := db.Groups(); !slices.Equal(got, []uint64{1, 2}) {
+				t.Fatalf("Groups() after the crash = %v, want [1 2]", got)
+			}
+			for g, m := range models {
+				s, err := db.Store(g)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := ctCheckStore(s, m); err != nil {
+					t.Fatalf("after the crash: %v", err)
+				}
+				if got, err := s.GetUint64([]byte("CurrentTerm")); err != nil || got != 10+g {
+					t.Fatalf("group %d CurrentTerm after the crash = %d, %v; want %d", g, got, err, 10+g)
+				}
+			}
+		})
 	}
 }
 

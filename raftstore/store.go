@@ -256,6 +256,12 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 }
 
 // dropIndexFiles removes the index files drop selects. wmu must be held.
+//
+// The removals are not made durable: a file a crash brings back lies
+// outside the range recovery finds (the deletion that dropped it is in the
+// commit log), so recovery drops it again; and a new file of the same name
+// is created with a sync of the directory, which makes the removal durable
+// with it.
 func (s *Store) dropIndexFiles(drop func(*indexFile) bool) {
 	files := *s.files.Load()
 	var keep, gone indexFiles

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"maps"
 	"math/rand"
+	"path/filepath"
 	"slices"
 )
 
@@ -55,8 +56,19 @@ func (fs *FS) crash(mode crashMode) *FS {
 	// Walk directories and names in sorted order so that the generator is
 	// consumed in the same order for the same seed and calls.
 	recovered := make(map[*inode]*inode)
+	// A parent's path sorts before its children's, so a directory is
+	// reached after its parent: it survives if its parent did and the
+	// parent's durable namespace names it.
 	for _, key := range slices.Sorted(maps.Keys(fs.dirs)) {
 		d := fs.dirs[key]
+		if !isRoot(key) {
+			parent := nfs.dirs[filepath.Dir(key)]
+			if parent == nil || !fs.dirs[filepath.Dir(key)].durableSubdirs[filepath.Base(key)] {
+				continue
+			}
+			parent.subdirs[filepath.Base(key)] = true
+			parent.durableSubdirs[filepath.Base(key)] = true
+		}
 		nd := newDir()
 		for _, name := range slices.Sorted(maps.Keys(d.durable)) {
 			old := d.durable[name]
@@ -75,6 +87,9 @@ func (fs *FS) crash(mode crashMode) *FS {
 	}
 	return nfs
 }
+
+// isRoot reports whether key names a directory that every FS has.
+func isRoot(key string) bool { return key == "/" || key == "." }
 
 // survivor returns what a crash leaves of ino, as a new slice. fs.mu must
 // be held.

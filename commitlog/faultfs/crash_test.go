@@ -3,9 +3,11 @@ package faultfs_test
 import (
 	"bytes"
 	"errors"
+	"maps"
 	"math/rand"
 	"os"
 	"slices"
+	"syscall"
 	"testing"
 
 	"github.com/raftlog/raftlog/commitlog/faultfs"
@@ -235,6 +237,113 @@ func TestCrashNamespace(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestCrashDirectories checks that a directory is an entry of its parent
+// like a file: MkdirAll makes the directories it creates durable by syncing
+// each parent, and a directory whose entry never became durable is lost in
+// a crash with everything in it, even what was synced inside it.
+func TestCrashDirectories(t *testing.T) {
+	tests := []struct {
+		name string
+		// setup runs on an empty file system; it returns the listing of
+		// each directory a crash must leave, nil for a directory that
+		// must be gone.
+		setup func(t *testing.T, fs *faultfs.FS) map[string][]string
+	}{
+		{"MkdirAll is durable", func(t *testing.T, fs *faultfs.FS) map[string][]string {
+			check(t, fs.MkdirAll("/a/b/c", 0o755))
+			return map[string][]string{"/a": {"b"}, "/a/b": {"c"}, "/a/b/c": {"f"}}
+		}},
+		{"failed parent sync loses the directory and its contents", func(t *testing.T, fs *faultfs.FS) map[string][]string {
+			// The sync of / succeeds, that of /a fails: /a/b is made
+			// but its entry is not durable.
+			fs.Inject(faultfs.Fault{Op: faultfs.OpSyncDir, Path: "/a"})
+			if err := fs.MkdirAll("/a/b/c", 0o755); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("MkdirAll with a failing sync of /a = %v, want EIO", err)
+			}
+			names, err := fs.ReadDir("/a")
+			check(t, err)
+			if !slices.Equal(names, []string{"b"}) {
+				t.Fatalf("ReadDir(/a) after the failed MkdirAll = %q, want [b]", names)
+			}
+			// A second MkdirAll finds /a/b and leaves it as it is.
+			check(t, fs.MkdirAll("/a/b/c", 0o755))
+			return map[string][]string{"/": {"a"}, "/a": {}, "/a/b": nil, "/a/b/c": nil}
+		}},
+		{"SyncDir of the parent makes it durable", func(t *testing.T, fs *faultfs.FS) map[string][]string {
+			fs.Inject(faultfs.Fault{Op: faultfs.OpSyncDir, Path: "/a"})
+			if err := fs.MkdirAll("/a/b/c", 0o755); err == nil {
+				t.Fatal("MkdirAll with a failing sync of /a succeeded")
+			}
+			check(t, fs.MkdirAll("/a/b/c", 0o755))
+			check(t, fs.SyncDir("/a"))
+			return map[string][]string{"/a": {"b"}, "/a/b": {"c"}, "/a/b/c": {"f"}}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for seed := int64(0); seed < 5; seed++ {
+				fs := faultfs.New(seed)
+				want := tt.setup(t, fs)
+				// A file synced, with its name, inside the deepest
+				// directory.
+				f := open(t, fs, "/a/b/c/f", rw)
+				write(t, f, 0, []byte("data"))
+				check(t, f.Sync())
+				check(t, f.Close())
+				check(t, fs.SyncDir("/a/b/c"))
+
+				after := fs.Crash()
+				for _, d := range slices.Sorted(maps.Keys(want)) {
+					names, err := after.ReadDir(d)
+					if want[d] == nil {
+						if !errors.Is(err, os.ErrNotExist) {
+							t.Fatalf("seed %d: ReadDir(%s) after crash = %q, %v; want it gone", seed, d, names, err)
+						}
+						continue
+					}
+					check(t, err)
+					if !slices.Equal(names, want[d]) {
+						t.Fatalf("seed %d: ReadDir(%s) after crash = %q, want %q", seed, d, names, want[d])
+					}
+				}
+				if want["/a/b/c"] != nil {
+					if got := contents(t, after, "/a/b/c/f"); string(got) != "data" {
+						t.Fatalf("seed %d: /a/b/c/f holds %q after crash", seed, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestMkdirAllSyncsEachParent checks that MkdirAll syncs the parent of each
+// directory it creates, and nothing when the directory exists.
+func TestMkdirAllSyncsEachParent(t *testing.T) {
+	fs := faultfs.New(1)
+	for _, step := range []struct {
+		dir   string
+		syncs int64
+	}{
+		{"/a/b/c", 3},
+		{"/a/b/c", 0},
+		{"/a/b", 0},
+		{"/a/b/c/d", 1},
+		{"rel/x", 2},
+	} {
+		before := fs.SyncCount()
+		check(t, fs.MkdirAll(step.dir, 0o755))
+		if got := fs.SyncCount() - before; got != step.syncs {
+			t.Errorf("MkdirAll(%s) made %d syncs, want %d", step.dir, got, step.syncs)
+		}
+	}
+	after := fs.CrashDropAll()
+	for _, d := range []string{"/a/b/c/d", "rel/x"} {
+		if _, err := after.ReadDir(d); err != nil {
+			t.Errorf("ReadDir(%s) after crash: %v", d, err)
+		}
 	}
 }
 

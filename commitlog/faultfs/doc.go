@@ -15,11 +15,15 @@
 // image: writes, Allocate and Truncate change only the page cache, and a
 // failed sync changes nothing.
 //
-// Every directory likewise keeps a volatile namespace (name to inode),
-// changed by creations, renames and removals, and a durable one, which
-// SyncDir replaces with a copy of the volatile one. Directories themselves
-// are durable as soon as MkdirAll returns. Rename between two directories
-// and Remove of a directory are refused.
+// Every directory likewise keeps a volatile namespace (names of files and
+// of subdirectories), changed by creations, renames and removals, and a
+// durable one, which SyncDir replaces with a copy of the volatile one. A
+// directory is an entry of its parent like a file: it survives a crash only
+// if its parent's durable namespace names it, and everything in it is lost
+// with it. MkdirAll makes the directories it creates durable, as package
+// vfs requires, by syncing the parent of each; an OpSyncDir fault on one of
+// those syncs leaves the directory in place but not durable. Rename between
+// two directories and Remove of a directory are refused.
 //
 // # Crash
 //
@@ -27,9 +31,10 @@
 // leave on the disk, and kills the old FS: every later call on it, on its
 // files, its mappings and its locks fails with an error matching ErrCrashed,
 // so goroutines of the crashed program fail instead of touching the new
-// state. The new FS has, for each directory, its durable namespace, and for
-// each file reachable from it, contents built from its durable image and its
-// page cache:
+// state. The new FS has each directory reachable from "/" or "." through
+// durable namespaces, each with its durable namespace, and for each file
+// reachable from them, contents built from its durable image and its page
+// cache:
 //
 //   - Length: if the two lengths differ (an append, Allocate or Truncate
 //     that was not synced), Crash flips a coin to decide whether the size

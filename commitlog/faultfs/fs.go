@@ -65,11 +65,16 @@ type FS struct {
 	onSync func()
 }
 
-// dir is a directory: a volatile and a durable namespace. Both maps are
-// guarded by FS.mu.
+// dir is a directory: a volatile and a durable namespace, each of files
+// and of subdirectories. Every map is guarded by FS.mu.
 type dir struct {
 	files   map[string]*inode
 	durable map[string]*inode
+	// subdirs and durableSubdirs hold the names of the directories in
+	// this one: a directory survives a crash only if it is in its
+	// parent's durableSubdirs (and its parent survives).
+	subdirs        map[string]bool
+	durableSubdirs map[string]bool
 }
 
 // inode is a file's contents. Every field is guarded by FS.mu, except that
@@ -112,7 +117,19 @@ func newFS(rng *rand.Rand) *FS {
 }
 
 func newDir() *dir {
-	return &dir{files: make(map[string]*inode), durable: make(map[string]*inode)}
+	return &dir{
+		files:          make(map[string]*inode),
+		durable:        make(map[string]*inode),
+		subdirs:        make(map[string]bool),
+		durableSubdirs: make(map[string]bool),
+	}
+}
+
+// syncDir makes d's volatile namespace durable. mu must be held.
+func (fs *FS) syncDir(d *dir) {
+	d.durable = maps.Clone(d.files)
+	d.durableSubdirs = maps.Clone(d.subdirs)
+	fs.syncs++
 }
 
 func pathErr(op, path string, err error) error {
@@ -323,8 +340,13 @@ func (fs *FS) Rename(oldname, newname string) error {
 	return nil
 }
 
-// MkdirAll creates a directory and its missing parents. Directories are
-// durable at once. perm is ignored.
+// MkdirAll creates a directory and its missing parents and makes each one
+// durable, as vfs.FS requires: for every directory it creates, top down, it
+// makes the entry in the parent and then syncs the parent, as SyncDir
+// would (counted by SyncCount, and failed by an OpSyncDir fault on the
+// parent). A failed sync ends the call with its error and leaves the
+// directories made so far in place, not durable, as on a real disk. A
+// directory that already exists is left as it is. perm is ignored.
 func (fs *FS) MkdirAll(dirname string, perm os.FileMode) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -344,8 +366,16 @@ func (fs *FS) MkdirAll(dirname string, perm os.FileMode) error {
 			return pathErr("mkdir", p, syscall.ENOTDIR)
 		}
 	}
-	for _, p := range missing {
+	for i := len(missing) - 1; i >= 0; i-- {
+		p := missing[i]
+		parentName := filepath.Dir(p)
+		parent := fs.dirs[parentName]
 		fs.dirs[p] = newDir()
+		parent.subdirs[filepath.Base(p)] = true
+		if err := fs.fault(OpSyncDir, parentName); err != nil {
+			return pathErr("syncdir", parentName, err)
+		}
+		fs.syncDir(parent)
 	}
 	return nil
 }
@@ -370,17 +400,14 @@ func (fs *FS) ReadDir(dirname string) ([]string, error) {
 		return nil, pathErr("readdir", dirname, os.ErrNotExist)
 	}
 	names := slices.Collect(maps.Keys(d.files))
-	for p := range fs.dirs {
-		if p != key && filepath.Dir(p) == key {
-			names = append(names, filepath.Base(p))
-		}
-	}
+	names = slices.AppendSeq(names, maps.Keys(d.subdirs))
 	slices.Sort(names)
 	return names, nil
 }
 
 // SyncDir makes dirname's volatile namespace durable: its creations,
-// renames and removals survive a later crash.
+// renames and removals, of files and of subdirectories, survive a later
+// crash.
 func (fs *FS) SyncDir(dirname string) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -394,8 +421,7 @@ func (fs *FS) SyncDir(dirname string) error {
 	if d == nil {
 		return pathErr("syncdir", dirname, os.ErrNotExist)
 	}
-	d.durable = maps.Clone(d.files)
-	fs.syncs++
+	fs.syncDir(d)
 	return nil
 }
 

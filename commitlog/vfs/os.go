@@ -3,10 +3,13 @@
 package vfs
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
+	"syscall"
 
 	"github.com/raftlog/raftlog/mmap"
 	"golang.org/x/sys/unix"
@@ -27,8 +30,39 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 
 func (osFS) Remove(name string) error             { return os.Remove(name) }
 func (osFS) Rename(oldname, newname string) error { return os.Rename(oldname, newname) }
-func (osFS) MkdirAll(dir string, perm os.FileMode) error {
-	return os.MkdirAll(dir, perm)
+
+// MkdirAll creates dir and its missing parents, top down, and syncs the
+// parent of each directory it creates, so that a power loss cannot undo
+// it. A directory that exists already is left as it is.
+func (o osFS) MkdirAll(dir string, perm os.FileMode) error {
+	var missing []string // deepest first
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		if err == nil {
+			if !fi.IsDir() {
+				return &os.PathError{Op: "mkdir", Path: p, Err: syscall.ENOTDIR}
+			}
+			break
+		}
+		if !errors.Is(err, os.ErrNotExist) || filepath.Dir(p) == p {
+			return err
+		}
+		missing = append(missing, p)
+	}
+	for i := len(missing) - 1; i >= 0; i-- {
+		p := missing[i]
+		if err := os.Mkdir(p, perm); err != nil {
+			// Created meanwhile by someone else, who may not have synced
+			// its parent yet: sync it here too.
+			if fi, serr := os.Stat(p); serr != nil || !fi.IsDir() {
+				return err
+			}
+		}
+		if err := o.SyncDir(filepath.Dir(p)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func (osFS) ReadDir(dir string) ([]string, error) {

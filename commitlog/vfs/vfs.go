@@ -7,7 +7,8 @@
 // Durability: File.Sync and Mapping.Sync return nil only after the bytes
 // they cover are on stable storage; a file's name is durable only after
 // SyncDir of its directory returns nil, and so is a rename or a removal.
-// Nothing else is durable.
+// A directory MkdirAll creates is durable when MkdirAll returns nil: it
+// syncs the parent of each one. Nothing else is durable.
 //
 // Concurrency: an FS is safe for concurrent use. A File or Mapping may be
 // used from many goroutines as long as they touch disjoint byte ranges while
@@ -31,7 +32,11 @@ type FS interface {
 	// Rename renames a file, replacing newname if it exists. The rename is
 	// durable only after SyncDir of the directory.
 	Rename(oldname, newname string) error
-	// MkdirAll creates a directory and its parents.
+	// MkdirAll creates a directory and its missing parents and makes
+	// them durable: it syncs the parent of every directory it creates,
+	// so that a power loss cannot undo the creation. A directory that
+	// exists already is left as it is: whoever created it makes it
+	// durable.
 	MkdirAll(dir string, perm os.FileMode) error
 	// ReadDir returns the names of the entries of dir, sorted.
 	ReadDir(dir string) ([]string, error)
