@@ -27,11 +27,23 @@
 // Failed attempts are retried with exponential backoff and jitter, each
 // under Options.RequestTimeout, until Options.RetryTimeout or the
 // operation's context ends; the Client then returns a *RetryError naming
-// the members tried, the number of attempts and the last cause. Error
-// codes that retrying cannot help (BadRequest, TooLarge, Trimmed, NotFound,
-// UnknownOp, UnsupportedVersion, Internal) are returned at once, wrapped,
-// so errors.Is(err, &transport.Error{Code: c}) and transport.ErrorCode
-// work.
+// the members tried, the number of attempts and the cause (see below).
+// Error codes that retrying cannot help (BadRequest, TooLarge, Trimmed,
+// NotFound, UnknownOp, UnsupportedVersion, Internal, SessionExpired,
+// PermissionDenied, FailedPrecondition) are returned at once, wrapped, so
+// errors.Is(err, &transport.Error{Code: c}) and transport.ErrorCode work.
+//
+// What a failed attempt leads to:
+//   - NotLeader naming the leader: the leader, as above.
+//   - NotLeader without one, Unavailable, a failure to connect, a TLS
+//     handshake that failed (a certificate not trusted or refused), and
+//     Busy for the whole connection (the member has as many client
+//     connections open as it allows and refused ours): the next member.
+//   - Busy for one request (too many in flight on the connection) and
+//     NoSpace (appends refused while too few members have free space): the
+//     same member, after a backoff, until the retries run out.
+//   - A lost connection or no reply within RequestTimeout: the same member
+//     or the next, for requests that may be repeated (see below).
 //
 // Every Append carries the Client's id (Options.ClientID) and a sequence
 // number of its own, from 1, and every retry repeats both, so the cluster
@@ -45,9 +57,35 @@
 //
 // Reads are retried like appends. Join, Remove, TransferLeadership and Trim
 // are retried only when they certainly did not run: after NotLeader,
-// Unavailable or Busy replies and failures to connect. A lost connection
-// or a timeout after such a request was sent is returned, as "outcome
-// unknown".
+// Unavailable or Busy replies, failures to connect and failed TLS
+// handshakes. A lost connection or a timeout after such a request was sent
+// is returned, as "outcome unknown".
+//
+// # Errors after retries
+//
+// The error a *RetryError reports (its Err, which it unwraps to) is the
+// most informative failure of all the attempts, not merely the last: the
+// NotLeader replies and timeouts of an election often come last and hide
+// why the operation could not succeed. Failures rank, from most to least
+// informative:
+//
+//  1. a definite refusal: NoSpace, PermissionDenied, a TLS failure (the
+//     member's certificate is not trusted, the member refused ours, or
+//     one side does not speak TLS);
+//  2. Busy for the whole connection: a member at its connection limit;
+//  3. Unavailable or Busy with the member's reason (no quorum, shutting
+//     down, too many requests in flight);
+//  4. a member that could not be reached or dropped the connection
+//     (connection refused, reset or closed);
+//  5. NotLeader, Timeout, Canceled, Unavailable without a reason, and
+//     attempts or dials that got no reply within RequestTimeout.
+//
+// Of equally informative failures the latest is kept. When the last
+// attempt's failure is not the one reported, RetryError.Last holds it and
+// the message ends with "; last error: ...". An attempt cut short by
+// RetryTimeout itself is not counted as a failure unless it was the only
+// one. The message says "no leader reachable" (or "no member reachable")
+// when the failure reported is of rank 4 or 5, and "gave up" otherwise.
 //
 // # Concurrency
 //

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"net"
@@ -36,6 +37,7 @@ type fakeCluster struct {
 	reqs     map[reqKey]int          // requests handled, per member and op
 	refused  map[int]int             // NotLeader answers per member
 	streams  map[int]int             // tail streams started per member
+	accepted map[int]int             // connections accepted per member
 	replay   bool                    // a tail starts one record before its From
 	poke     chan struct{}           // closed, and replaced, on every change above
 	script   func(ctx context.Context, h *fakeHandler, op transport.Op, req any) (resp any, err error, handled bool)
@@ -60,15 +62,26 @@ type fakeMember struct {
 	id   string       // immutable
 	addr string       // immutable
 	ln   net.Listener // immutable
+	tls  *tls.Config  // immutable: connections speak TLS with it; nil: plain TCP
 
-	mu    sync.Mutex            // guards the fields below
-	conns map[net.Conn]struct{} // served connections
-	dead  bool                  // killed: connections are closed at once
+	mu     sync.Mutex            // guards the fields below
+	conns  map[net.Conn]struct{} // open connections
+	dead   bool                  // killed: connections are closed at once
+	refuse *transport.Error      // set: new connections are refused with it (transport.Refuse)
+	hang   bool                  // new connections are held open and never read
 }
 
-// newCluster starts n members; member 0 leads.
+// newCluster starts n members serving plain TCP; member 0 leads.
 func newCluster(t *testing.T, n int) *fakeCluster {
 	t.Helper()
+	return newTLSCluster(t, make([]*tls.Config, n))
+}
+
+// newTLSCluster starts a member per configuration, serving TLS with it, or
+// plain TCP for nil; member 0 leads.
+func newTLSCluster(t *testing.T, confs []*tls.Config) *fakeCluster {
+	t.Helper()
+	n := len(confs)
 	c := &fakeCluster{
 		t:        t,
 		first:    1,
@@ -76,6 +89,7 @@ func newCluster(t *testing.T, n int) *fakeCluster {
 		reqs:     make(map[reqKey]int),
 		refused:  make(map[int]int),
 		streams:  make(map[int]int),
+		accepted: make(map[int]int),
 		poke:     make(chan struct{}),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -92,7 +106,7 @@ func newCluster(t *testing.T, n int) *fakeCluster {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m := &fakeMember{c: c, idx: i, id: "n" + strconv.Itoa(i), addr: ln.Addr().String(), ln: ln, conns: make(map[net.Conn]struct{})}
+		m := &fakeMember{c: c, idx: i, id: "n" + strconv.Itoa(i), addr: ln.Addr().String(), ln: ln, tls: confs[i], conns: make(map[net.Conn]struct{})}
 		c.members = append(c.members, m)
 	}
 	// Serve only once c.members is complete: handlers read it.
@@ -103,14 +117,30 @@ func newCluster(t *testing.T, n int) *fakeCluster {
 				if err != nil {
 					return
 				}
+				c.mu.Lock()
+				c.accepted[m.idx]++
+				c.pokeLocked()
+				c.mu.Unlock()
 				m.mu.Lock()
 				if m.dead { // accepted just before kill closed the listener
 					nc.Close()
 				}
 				m.conns[nc] = struct{}{}
+				refuse, hang := m.refuse, m.hang
 				m.mu.Unlock()
+				if hang {
+					continue // closed by kill or dropConns
+				}
 				wg.Go(func() {
-					transport.Serve(ctx, nc, &fakeHandler{m: m, nc: nc}, transport.Limits{})
+					if refuse != nil {
+						transport.Refuse(nc, refuse)
+					} else {
+						conn := nc
+						if m.tls != nil {
+							conn = tls.Server(nc, m.tls)
+						}
+						transport.Serve(ctx, conn, &fakeHandler{m: m, nc: nc}, transport.Limits{})
+					}
 					m.mu.Lock()
 					delete(m.conns, nc)
 					m.mu.Unlock()
@@ -201,6 +231,22 @@ func (c *fakeCluster) recordsLocked(from uint64, max uint32) []transport.Record 
 	}
 	n := min(uint64(len(c.log))-i, uint64(max))
 	return append([]transport.Record(nil), c.log[i:i+n]...)
+}
+
+// setRefuse makes m refuse new connections with e (nil: serve them), as a
+// node at its connection limit does.
+func (m *fakeMember) setRefuse(e *transport.Error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.refuse = e
+}
+
+// setHang makes m hold new connections open without reading them: a
+// member that accepts and then says nothing.
+func (m *fakeMember) setHang() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.hang = true
 }
 
 // kill closes m's listener and connections: dials to it are refused.

@@ -33,6 +33,10 @@ func classify(err error, repeatable bool) (act action, leader string, ambiguous 
 	var de *dialError
 	var te *transport.Error
 	switch {
+	case tlsFailure(err):
+		// The handshake failed, so nothing was served; another member
+		// may hold a certificate that works.
+		return next, "", false
 	case errors.As(err, &de):
 		return next, "", false // nothing was sent
 	case errors.As(err, &te):
@@ -45,7 +49,16 @@ func classify(err error, repeatable bool) (act action, leader string, ambiguous 
 		case transport.CodeUnavailable:
 			return next, "", false
 		case transport.CodeBusy:
+			if errors.Is(err, transport.ErrClosed) {
+				// The member refused the whole connection (transport.Refuse):
+				// it has as many open as it allows. Another has room.
+				return next, "", false
+			}
 			return again, "", false // refused before it ran
+		case transport.CodeNoSpace:
+			// Refused before anything was stored; space may be freed
+			// before the retries run out.
+			return again, "", false
 		case transport.CodeTimeout:
 			if repeatable {
 				return again, "", false
@@ -59,6 +72,8 @@ func classify(err error, repeatable bool) (act action, leader string, ambiguous 
 			}
 			return stop, "", true
 		}
+		// SessionExpired, PermissionDenied, FailedPrecondition and the
+		// codes of bad requests: repeating cannot help.
 		return stop, "", false
 	case errors.Is(err, transport.ErrClosed):
 		// The connection failed; the next attempt redials the member.
@@ -96,6 +111,9 @@ type retrier struct {
 	followed   bool      // a NotLeader reply has been followed without a wait
 	tried      []string  // members tried, in the order first tried
 	last       error     // the last attempt's error, naming its member
+	best       error     // the most informative attempt's error (see rankOf), naming its member
+	bestRank   rank      // the rank of best
+	lastIsBest bool      // last is best: the last attempt was the most informative
 }
 
 func (c *Client) newRetrier(op string, rt route, member string, repeatable bool) *retrier {
@@ -162,10 +180,7 @@ func (r *retrier) failed(ctx context.Context, addr string, err error) error {
 		return fmt.Errorf("client: %s: %w", r.op, atAddr(addr, err))
 	}
 	pastDeadline := !time.Now().Before(r.deadline)
-	if r.last == nil || !pastDeadline || !errors.Is(err, context.DeadlineExceeded) {
-		// An attempt cut short by the deadline says nothing new.
-		r.last = atAddr(addr, err)
-	}
+	r.note(addr, err, pastDeadline && errors.Is(err, context.DeadlineExceeded))
 	if pastDeadline {
 		return r.giveUp(nil)
 	}
@@ -182,6 +197,22 @@ func (r *retrier) failed(ctx context.Context, addr string, err error) error {
 		}
 	}
 	return r.wait(ctx)
+}
+
+// note records err, the failure of the attempt at addr, as the last one
+// and, unless an earlier one was more informative, as the one to report.
+// An attempt cut short by the retries' deadline says nothing new: it is
+// recorded only if it is the first.
+func (r *retrier) note(addr string, err error, cutShort bool) {
+	if cutShort && r.last != nil {
+		return
+	}
+	e := atAddr(addr, err)
+	r.last = e
+	r.lastIsBest = false
+	if k := rankOf(err); r.best == nil || k >= r.bestRank {
+		r.best, r.bestRank, r.lastIsBest = e, k, true
+	}
 }
 
 // wait backs off before the next attempt.
@@ -209,22 +240,29 @@ func (r *retrier) wait(ctx context.Context) error {
 // giveUp returns the error of an operation whose retries ran out: because
 // ctx ended (ctxErr) or RetryTimeout passed (ctxErr nil).
 func (r *retrier) giveUp(ctxErr error) error {
-	if r.last == nil {
+	if r.best == nil {
 		return fmt.Errorf("client: %s: %w", r.op, ctxErr)
 	}
 	what := "no member reachable"
-	if r.rt == toLeader {
+	switch {
+	case r.bestRank > rankUnreachable:
+		what = "gave up" // a member answered, or refused for a reason
+	case r.rt == toLeader:
 		what = "no leader reachable"
 	}
-	return &RetryError{
+	re := &RetryError{
 		Op:       r.op,
 		Attempts: r.attempts,
 		Elapsed:  time.Since(r.start),
 		Tried:    r.tried,
-		Err:      r.last,
+		Err:      r.best,
 		Context:  ctxErr,
 		what:     what,
 	}
+	if !r.lastIsBest {
+		re.Last = r.last
+	}
+	return re
 }
 
 // backoff returns the wait after n earlier backoffs: MinBackoff doubled n

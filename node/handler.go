@@ -306,6 +306,10 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 			voter = s.Suffrage == raft.Voter
 			nonvoter = s.Suffrage == raft.Nonvoter
 		}
+		if string(s.Address) == r.RaftAddr && string(s.ID) != r.NodeID {
+			return nil, &transport.Error{Code: transport.CodeFailedPrecondition,
+				Message: fmt.Sprintf("raft address %s belongs to member %s: remove it first, or give node %s another address", r.RaftAddr, s.ID, r.NodeID)}
+		}
 	}
 	switch {
 	case r.Fresh:
@@ -350,12 +354,21 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	if err := cf.Error(); err != nil {
 		return nil, n.raftError(err)
 	}
-	found := false
+	var found *raft.Server
+	voters := 0
 	for _, s := range cf.Configuration().Servers {
-		found = found || string(s.ID) == r.NodeID
+		if string(s.ID) == r.NodeID {
+			found = &s
+		}
+		if s.Suffrage == raft.Voter {
+			voters++
+		}
 	}
-	if !found {
+	switch {
+	case found == nil:
 		return nil, &transport.Error{Code: transport.CodeNotFound, Message: fmt.Sprintf("node %q is not a member", r.NodeID)}
+	case found.Suffrage == raft.Voter && voters == 1:
+		return nil, &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf("node %q is the only voter: the cluster cannot go on without it", r.NodeID)}
 	}
 	// Forget the client address first: once removed, a node leading no
 	// more could not record it.
@@ -374,27 +387,55 @@ func (n *Node) transfer(ctx context.Context, r *transport.TransferLeadershipRequ
 	if _, err := n.leading(ctx); err != nil {
 		return nil, err
 	}
+	cf := n.raft.GetConfiguration()
+	if err := cf.Error(); err != nil {
+		return nil, n.raftError(err)
+	}
+	target, err := n.transferTarget(cf.Configuration(), r.Target)
+	if err != nil {
+		return nil, err
+	}
 	var f raft.Future
-	if r.Target == "" {
+	if target == nil {
 		f = n.raft.LeadershipTransfer()
 	} else {
-		cf := n.raft.GetConfiguration()
-		if err := cf.Error(); err != nil {
-			return nil, n.raftError(err)
-		}
-		for _, s := range cf.Configuration().Servers {
-			if string(s.ID) == r.Target && s.Suffrage == raft.Voter {
-				f = n.raft.LeadershipTransferToServer(s.ID, s.Address)
-			}
-		}
-		if f == nil {
-			return nil, &transport.Error{Code: transport.CodeNotFound, Message: fmt.Sprintf("node %q is not a voter", r.Target)}
-		}
+		f = n.raft.LeadershipTransferToServer(target.ID, target.Address)
 	}
 	if err := f.Error(); err != nil {
 		return nil, n.raftError(err)
 	}
 	return &transport.TransferLeadershipResponse{}, nil
+}
+
+// transferTarget returns the server that a leadership transfer to the node
+// id goes to (nil for id "": raft picks one), or the error that says why
+// the transfer cannot happen in configuration cfg: the node leads already,
+// is no member, is not a voter, or there is no other voter.
+func (n *Node) transferTarget(cfg raft.Configuration, id string) (*raft.Server, error) {
+	var target *raft.Server
+	others := 0 // voters other than this node
+	for _, s := range cfg.Servers {
+		if string(s.ID) == id {
+			target = &s
+		}
+		if s.Suffrage == raft.Voter && string(s.ID) != n.cfg.ID {
+			others++
+		}
+	}
+	fail := func(code transport.Code, format string, args ...any) (*raft.Server, error) {
+		return nil, &transport.Error{Code: code, Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case id == n.cfg.ID:
+		return fail(transport.CodeFailedPrecondition, "node %s already leads", id)
+	case id != "" && target == nil:
+		return fail(transport.CodeNotFound, "node %q is not a member", id)
+	case target != nil && target.Suffrage != raft.Voter:
+		return fail(transport.CodeFailedPrecondition, "node %q is a nonvoter: only a voter can lead (a joining node becomes one once it has caught up)", id)
+	case others == 0:
+		return fail(transport.CodeFailedPrecondition, "node %s is the only voter: there is no other to hand leadership to", n.cfg.ID)
+	}
+	return target, nil
 }
 
 func (n *Node) trim(ctx context.Context, r *transport.TrimRequest) (*transport.TrimResponse, error) {

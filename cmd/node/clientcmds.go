@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -232,10 +233,15 @@ func (p *recordPrinter) print(r transport.Record) {
 func cmdRead(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var from uint64
-	var maxRecs uint32 = 100
+	var maxRecs uint32
 	var stale, quote bool
 	fs := newFlagSet(e, "read", "", `
-Prints committed records from an index on, one a line: index<TAB>data.
+Prints committed records from an index on, one a line: index<TAB>data,
+page after page (each as large as the node allows: 4096 records or 8MiB by
+default) to the end of the log. Every record committed before the read
+began is printed; records appended while it runs may be, or may be left
+for the next read or for 'node tail'. With --max, it stops after that many
+records and, when more follow, says on stderr from which index to read on.
 Reads are linearizable (served by the leader) unless --stale is given.`)
 	cf.define(fs)
 	fs.Uint64Var(&from, "from", 0, "the first `index` to read; 0: the first retained record")
@@ -253,10 +259,11 @@ Reads are linearizable (served by the leader) unless --stale is given.`)
 	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote}
 	defer p.w.Flush()
 	next, printed := from, uint32(0)
-	for maxRecs == 0 || printed < maxRecs {
+	var end uint64 // the last index to print; 0 until the first page came
+	for {
 		var want uint32 // 0: the server's limit
 		if maxRecs > 0 && maxRecs-printed < transport.DefaultMaxReadRecords {
-			want = maxRecs - printed
+			want = maxRecs - printed + 1 // one more, to tell whether more follow
 		}
 		recs, nx, err := c.Read(ctx, next, client.ReadOptions{MaxRecords: want, Stale: stale})
 		if err != nil {
@@ -265,9 +272,19 @@ Reads are linearizable (served by the leader) unless --stale is given.`)
 		if len(recs) == 0 {
 			break
 		}
+		if end == 0 {
+			end = readEnd(ctx, c, recs[len(recs)-1].Index)
+		}
 		for _, r := range recs {
-			if maxRecs > 0 && printed == maxRecs {
-				break
+			if r.Index > end {
+				return p.w.Flush()
+			}
+			if printed == maxRecs && maxRecs > 0 {
+				if err := p.w.Flush(); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stderr, "node read: stopped after %d records (--max); more follow from index %d: read on with --from %d\n", printed, r.Index, r.Index)
+				return nil
 			}
 			p.print(r)
 			printed++
@@ -275,9 +292,27 @@ Reads are linearizable (served by the leader) unless --stale is given.`)
 		if nx <= next {
 			return fmt.Errorf("read from %d: the cluster returned next index %d", next, nx)
 		}
+		if nx > end {
+			break
+		}
 		next = nx
 	}
 	return p.w.Flush()
+}
+
+// readEnd returns the last index a read prints: the last index in the log
+// of the member that served its first page (whose last record was at index
+// last), asked right after that page. That member's log holds everything
+// it had committed (or, for a stale read, applied) when it served the
+// page, so nothing committed before the read began is left out, and the
+// read ends even while appends go on. If the member does not answer, the
+// read goes on until a page comes back empty.
+func readEnd(ctx context.Context, c *client.Client, last uint64) uint64 {
+	st, err := c.Status(ctx, "") // the member reads go to
+	if err != nil {
+		return math.MaxUint64
+	}
+	return max(st.LastIndex, last)
 }
 
 // cmdTail is "node tail".

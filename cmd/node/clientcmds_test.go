@@ -5,10 +5,15 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/raftlog/raftlog/client"
+	"github.com/raftlog/raftlog/node"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -88,4 +93,154 @@ func TestUnreachableCluster(t *testing.T) {
 	if stdout.Len() > 0 {
 		t.Errorf("append: stdout %q", stdout)
 	}
+}
+
+// runCmd runs the command line args in this process, as the binary would,
+// and returns its stdout, stderr and exit status.
+func runCmd(ctx context.Context, args ...string) (stdout, stderr string, code int) {
+	e, out, errOut := testEnv(nil)
+	code = run(ctx, e, args)
+	return out.String(), errOut.String(), code
+}
+
+// TestClientCommandsOnCluster runs the client commands against a local
+// 3-node cluster: flags anywhere on the command line, reads longer than a
+// page, and requests the cluster's state makes pointless.
+func TestClientCommandsOnCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var logs bytes.Buffer
+	lc, err := startLocalCluster(ctx, t.TempDir(), node.FlushAsync, &logs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.close()
+	addrs := strings.Join(lc.clientAddrs(), ",")
+	mustRun := func(t *testing.T, args ...string) string {
+		t.Helper()
+		out, errOut, code := runCmd(ctx, args...)
+		if code != 0 {
+			t.Fatalf("node %s: exit status %d\nstdout: %s\nstderr: %s", strings.Join(args, " "), code, out, errOut)
+		}
+		return out
+	}
+	// readData returns the data of the records from index from on.
+	readData := func(t *testing.T, from uint64) []string {
+		t.Helper()
+		out := mustRun(t, "read", "--addrs", addrs, "--from", strconv.FormatUint(from, 10))
+		_, data := parseRecords(t, out)
+		return data
+	}
+
+	t.Run("flags after records", func(t *testing.T) {
+		out := mustRun(t, "append", "--addrs", addrs, "hello", "--timeout", "5s")
+		first, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
+		if err != nil {
+			t.Fatalf("append printed %q, want one index", out)
+		}
+		out = mustRun(t, "append", "a", "--addrs", addrs, "--timeout=5s", "b", "--", "--literal", "-x", "--timeout")
+		if n := strings.Count(out, "\n"); n != 5 {
+			t.Fatalf("append printed %q, want 5 indexes", out)
+		}
+		want := []string{"hello", "a", "b", "--literal", "-x", "--timeout"}
+		if got := readData(t, first); strings.Join(got, "|") != strings.Join(want, "|") {
+			t.Fatalf("records %q, want %q", got, want)
+		}
+		// A mistyped flag is refused, naming it, and stores nothing.
+		for _, args := range [][]string{
+			{"append", "--addrs", addrs, "world", "--timout", "5s"},
+			{"append", "--addrs", addrs, "-5"},
+		} {
+			out, errOut, code := runCmd(ctx, args...)
+			bad := args[len(args)-1]
+			if bad == "5s" {
+				bad = args[len(args)-2]
+			}
+			if code != 2 || out != "" || !strings.Contains(errOut, "unknown flag "+bad+" ") || !strings.Contains(errOut, "-- "+bad) {
+				t.Errorf("node %q: exit status %d, stdout %q, stderr %q; want a usage error naming %s", args, code, out, errOut, bad)
+			}
+		}
+		if got := readData(t, first); len(got) != len(want) {
+			t.Errorf("records after refused command lines: %q, want %q", got, want)
+		}
+	})
+
+	t.Run("read past a page", func(t *testing.T) {
+		const n = transport.DefaultMaxReadRecords + 904 // more than one page
+		cl, err := client.Dial(ctx, lc.clientAddrs(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer cl.Close()
+		var first, last uint64
+		for done := 0; done < n; {
+			batch := make([][]byte, min(1000, n-done))
+			for i := range batch {
+				batch[i] = fmt.Appendf(nil, "p%05d", done+i)
+			}
+			idx, err := cl.Append(ctx, batch...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if done == 0 {
+				first = idx[0]
+			}
+			last = idx[len(idx)-1]
+			done += len(batch)
+		}
+		out, errOut, code := runCmd(ctx, "read", "--addrs", addrs, "--from", strconv.FormatUint(first, 10))
+		if code != 0 || errOut != "" {
+			t.Fatalf("read: exit status %d, stderr %q", code, errOut)
+		}
+		idx, data := parseRecords(t, out)
+		if len(data) != n || data[0] != "p00000" || data[n-1] != fmt.Sprintf("p%05d", n-1) || idx[n-1] != last {
+			t.Fatalf("read printed %d records (%q ... %q), want %d", len(data), data[0], data[len(data)-1], n)
+		}
+
+		// --max stops early and says where to read on.
+		out, errOut, code = runCmd(ctx, "read", "--addrs", addrs, "--from", strconv.FormatUint(first, 10), "--max", "10")
+		if _, data := parseRecords(t, out); code != 0 || len(data) != 10 || data[9] != "p00009" {
+			t.Fatalf("read --max 10: exit status %d, %d records %q", code, len(data), data)
+		}
+		if from := strconv.FormatUint(idx[10], 10); !strings.Contains(errOut, "more follow from index "+from) || !strings.Contains(errOut, "--from "+from) {
+			t.Errorf("read --max 10: stderr %q does not say to read on from %s", errOut, from)
+		}
+		// Exactly the records left: nothing more follows, nothing is said.
+		out, errOut, code = runCmd(ctx, "read", "--addrs", addrs, "--from", strconv.FormatUint(idx[n-3], 10), "--max", "3")
+		if _, data := parseRecords(t, out); code != 0 || len(data) != 3 || errOut != "" {
+			t.Errorf("read --max 3 of the last 3: exit status %d, %d records, stderr %q", code, len(data), errOut)
+		}
+	})
+
+	t.Run("requests in the wrong state", func(t *testing.T) {
+		st := mustRun(t, "status", "--addrs", addrs, "--json")
+		var rows []statusJSON
+		if err := json.Unmarshal([]byte(st), &rows); err != nil || len(rows) == 0 || rows[0].LeaderID == "" {
+			t.Fatalf("status: %v\n%s", err, st)
+		}
+		leader := rows[0].LeaderID
+		// A member that never catches up stays a nonvoter.
+		mustRun(t, "join", "--addrs", addrs, "--id", "n9", "--raft-addr", closedAddr(t), "--client-addr", closedAddr(t))
+		for _, tc := range []struct {
+			args []string
+			code transport.Code
+			say  string
+		}{
+			{[]string{"transfer", "--to", leader}, transport.CodeFailedPrecondition, "already leads"},
+			{[]string{"transfer", "--to", "n9"}, transport.CodeFailedPrecondition, "nonvoter"},
+			{[]string{"transfer", "--to", "nosuch"}, transport.CodeNotFound, `"nosuch" is not a member`},
+			{[]string{"remove", "--id", "nosuch"}, transport.CodeNotFound, `"nosuch" is not a member`},
+			{[]string{"join", "--id", "n8", "--raft-addr", lc.nodes[1].RaftAddr(), "--client-addr", closedAddr(t)}, transport.CodeFailedPrecondition, "raft address " + lc.nodes[1].RaftAddr()},
+		} {
+			args := append(tc.args, "--addrs", addrs, "--timeout", "10s")
+			out, errOut, code := runCmd(ctx, args...)
+			if code != 1 || out != "" || !strings.Contains(errOut, "transport: "+tc.code.String()+": ") || !strings.Contains(errOut, tc.say) {
+				t.Errorf("node %q: exit status %d, stdout %q, stderr %q; want %v saying %q", args, code, out, errOut, tc.code, tc.say)
+			}
+		}
+		mustRun(t, "remove", "--addrs", addrs, "--id", "n9")
+		if out := mustRun(t, "transfer", "--addrs", addrs); !strings.Contains(out, "leadership handed over") {
+			t.Errorf("transfer: %q", out)
+		}
+	})
 }

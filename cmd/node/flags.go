@@ -97,25 +97,33 @@ func (fs *flagSet) allFromEnv() {
 }
 
 // parse parses args, then sets every flag that falls back to the
-// environment and was not given from its variable. It returns the
-// arguments after the flags; errHelp after printing the usage to stdout
-// for -h; a *usageError for a bad flag or variable.
+// environment and was not given from its variable. Flags may come before,
+// between and after the arguments; only "--" ends them, and everything
+// after it is an argument, "-x" or not. An argument that looks like a flag
+// ("-x", "--x") and names none is a usage error, so that a mistyped flag
+// is never taken for a record. parse returns the arguments; errHelp after
+// printing the usage to stdout for -h; a *usageError for a bad flag or
+// variable.
 func (fs *flagSet) parse(args []string) ([]string, error) {
-	if err := fs.Parse(args); err != nil {
+	flags, rest, err := fs.split(args)
+	if err != nil {
+		return nil, err
+	}
+	if err := fs.Parse(flags); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			fs.printUsage(fs.e.stdout)
 			return nil, errHelp
 		}
 		// The flag package names flags with one dash; usage shows two.
+		// (A syntax error quotes the argument as given.)
 		msg := err.Error()
-		for _, p := range []string{"for flag -", "not defined: -", "needs an argument: -", "syntax: -"} {
+		for _, p := range []string{"for flag -", "not defined: -", "needs an argument: -"} {
 			msg = strings.Replace(msg, p, p+"-", 1)
 		}
 		return nil, &usageError{msg: msg}
 	}
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
-	var err error
 	fs.VisitAll(func(f *flag.Flag) {
 		if err != nil || given[f.Name] || !fs.env[f.Name] || fs.e.lookup == nil {
 			return
@@ -128,7 +136,43 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 			err = usagef("%s=%q: %v", envName(f.Name), v, serr)
 		}
 	})
-	return fs.Args(), err
+	return rest, err
+}
+
+// split separates args into flags, with the values of those that take
+// one, and the other arguments, in order. It returns a *usageError for an
+// argument that looks like a flag but names none.
+func (fs *flagSet) split(args []string) (flags, rest []string, err error) {
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		switch {
+		case a == "--":
+			return flags, append(rest, args[i+1:]...), nil
+		case len(a) < 2 || a[0] != '-':
+			rest = append(rest, a) // "-" alone is an argument, as for stdin
+			continue
+		}
+		flags = append(flags, a)
+		name, _, inline := strings.Cut(strings.TrimPrefix(a[1:], "-"), "=")
+		if name == "" || name[0] == '-' || name == "h" || name == "help" {
+			continue // fs.Parse reports the syntax error or prints the help
+		}
+		f := fs.Lookup(name)
+		if f == nil {
+			if fs.args == "" {
+				return nil, nil, usagef("unknown flag %s", a)
+			}
+			return nil, nil, usagef("unknown flag %s (an argument that starts with - goes after --: node %s [flags] -- %s)", a, fs.cmd, a)
+		}
+		if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() || inline {
+			continue
+		}
+		if i+1 < len(args) { // the flag's value, whatever it looks like
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return flags, rest, nil
 }
 
 // given reports whether the flag name was set, on the command line or
@@ -143,7 +187,7 @@ func (fs *flagSet) given(name string) bool {
 // some.
 func noArgs(rest []string) error {
 	if len(rest) > 0 {
-		return usagef("unexpected argument %q (flags go before arguments)", rest[0])
+		return usagef("unexpected argument %q: the command takes only flags", rest[0])
 	}
 	return nil
 }
@@ -155,6 +199,9 @@ func (fs *flagSet) printUsage(w io.Writer) {
 		fmt.Fprintf(w, " %s", fs.args)
 	}
 	fmt.Fprintf(w, "\n\n%s\n", strings.TrimSpace(fs.summary))
+	if fs.args != "" {
+		fmt.Fprint(w, "\nFlags may come before or after the arguments; an argument that starts\nwith - goes after --, which ends the flags.\n")
+	}
 	var b strings.Builder
 	n := 0
 	fs.VisitAll(func(f *flag.Flag) {

@@ -151,7 +151,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{}, nil, "Usage: node <command>"},
 		{[]string{"frobnicate"}, nil, `unknown command "frobnicate"`},
 		{[]string{"serve", "--flush", "fast"}, nil, `node serve: invalid value "fast" for flag --flush: flush mode "fast": want sync or async`},
-		{[]string{"serve", "--nope"}, nil, "flag provided but not defined: --nope"},
+		{[]string{"serve", "--nope"}, nil, "unknown flag --nope"},
 		{[]string{"serve", "--data-dir", "d"}, nil, "no node id: give --id or set RAFTLOG_ID"},
 		{[]string{"serve", "--id", "n1"}, nil, "no data dir"},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--retention-bytes", "10XB"}, nil, `invalid size "10XB"`},
@@ -165,6 +165,14 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"append", "x"}, nil, "no cluster address: give --addrs host:port,... or set RAFTLOG_ADDRS"},
 		{[]string{"append", "--addrs", "127.0.0.1:1"}, nil, "no records"},
 		{[]string{"append", "--addrs", "127.0.0.1:1", "--stdin", "x"}, nil, "not both"},
+		// Flags come anywhere before "--"; one that names no flag is refused.
+		{[]string{"append", "--addrs", "127.0.0.1:1", "x", "--bogus"}, nil, "unknown flag --bogus (an argument that starts with - goes after --: node append [flags] -- --bogus)"},
+		{[]string{"append", "--addrs", "127.0.0.1:1", "-5"}, nil, "unknown flag -5 "},
+		{[]string{"append", "--addrs", "127.0.0.1:1", "x", "--timeout"}, nil, "flag needs an argument: --timeout"},
+		{[]string{"append", "x", "--addrs", "127.0.0.1:1", "--stdin"}, nil, "not both"},
+		{[]string{"read", "--addrs", "127.0.0.1:1", "extra"}, nil, `unexpected argument "extra"`},
+		{[]string{"status", "--addrs", "127.0.0.1:1", "--", "--json"}, nil, `unexpected argument "--json"`},
+		{[]string{"trim", "--addrs", "127.0.0.1:1", "--below", "5", "---below"}, nil, "bad flag syntax: ---below"},
 		{[]string{"read", "--addrs", "localhost"}, nil, `address "localhost" is not host:port`},
 		{[]string{"read"}, map[string]string{"RAFTLOG_ADDRS": "127.0.0.1:x"}, `RAFTLOG_ADDRS="127.0.0.1:x": address "127.0.0.1:x": bad port`},
 		{[]string{"read", "--addrs", "127.0.0.1:1", "--max", "-1"}, nil, "invalid value"},
@@ -229,6 +237,10 @@ func TestHelp(t *testing.T) {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("serve -h does not say %q:\n%s", want, stdout)
 		}
+	}
+	e, stdout, _ = testEnv(nil)
+	if code := run(context.Background(), e, []string{"append", "x", "-h"}); code != 0 || !strings.Contains(stdout.String(), "goes after --") {
+		t.Errorf("append x -h: exit status %d:\n%s", code, stdout)
 	}
 	e, stdout, _ = testEnv(nil)
 	run(context.Background(), e, []string{"remove", "-h"})

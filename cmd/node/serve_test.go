@@ -242,7 +242,7 @@ func TestServeProcesses(t *testing.T) {
 		}
 		want = append(want, idx)
 	}
-	out := h.mustCLI("append", "--addrs", addrs, records[2])
+	out := h.mustCLI("append", records[2], "--addrs", addrs) // flags may follow records
 	idx, err := strconv.ParseUint(strings.TrimSpace(out), 10, 64)
 	if err != nil || idx <= want[1] {
 		t.Fatalf("append printed %q after %v", out, want)
