@@ -280,8 +280,8 @@ func assertRemoved(t *testing.T, c *testCluster, leader *Node, removed *Node) {
 		}
 	}
 	err := dial(t, removed).Call(context.Background(), transport.OpAppend, &transport.AppendRequest{Records: [][]byte{[]byte("x")}}, &transport.AppendResponse{})
-	if transport.ErrorCode(err) != transport.CodeFailedPrecondition || !strings.Contains(err.Error(), "was removed") {
-		t.Fatalf("append to a removed node: %v, want FailedPrecondition naming the removal", err)
+	if transport.ErrorCode(err) != transport.CodeUnavailable || !strings.Contains(err.Error(), "was removed") {
+		t.Fatalf("append to a removed node: %v, want Unavailable naming the removal", err)
 	}
 	// The cluster goes on without it.
 	appendN(t, dial(t, leader), "after-remove", 3)

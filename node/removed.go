@@ -30,7 +30,7 @@ import (
 //     the node takes as the same news.)
 //   - the node then records it in the marker file "removed", stops raft
 //     (no more campaigns), answers every request but Status with
-//     FailedPrecondition, reports the role "Removed", and refuses to start
+//     Unavailable, reports the role "Removed", and refuses to start
 //     again with ErrRemoved. To add it back, wipe its data dir and start it
 //     with --join.
 
@@ -97,9 +97,10 @@ func (n *Node) markRemoved(why string) {
 	}()
 }
 
-// removedError answers a request to a removed node.
+// removedError answers a request to a removed node: Unavailable, so that
+// a client moves on to another member.
 func (n *Node) removedError() *transport.Error {
-	return &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf(
+	return &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf(
 		"node %s was removed from the cluster; ask another member (to add this node back, wipe its data dir and start it with --join)", n.cfg.ID)}
 }
 
