@@ -427,7 +427,8 @@ func (m *member) wipeRestart() error {
 	return m.wipeRestartVia(join)
 }
 
-// wipeRestartVia is wipeRestart joining through the client addresses join.
+// wipeRestartVia is wipeRestart joining through the client addresses join,
+// or, with join nil, starting with the original --bootstrap flags.
 func (m *member) wipeRestartVia(join []string) error {
 	if err := m.kill(); err != nil {
 		return err

@@ -33,6 +33,11 @@ const (
 	faultDisk          faultKind = "disk-failure"    // fail a node's disk; it must stop; wipe it and rejoin
 	faultDiskFull      faultKind = "disk-full"       // a node's disk is full (ENOSPC), then no longer
 	faultWipe          faultKind = "wipe"            // SIGKILL a node, delete its data dir, rejoin with --join
+	// SIGKILL a node, delete its data dir, and restart it at once with its
+	// original flags (--bootstrap), as a unit file does after a disk is
+	// replaced: it must rejoin as a new member, never vote with its empty
+	// log.
+	faultWipeBootstrap faultKind = "wipe-bootstrap"
 )
 
 // allFaults lists every nemesis.
@@ -40,7 +45,7 @@ var allFaults = []faultKind{
 	faultKillLeader, faultKillFollower, faultKillRandom, faultKillAll, faultStopRestart,
 	faultPauseLeader, faultPauseRandom,
 	faultPartition, faultIsolateLeader, faultBridge,
-	faultDisk, faultDiskFull, faultWipe,
+	faultDisk, faultDiskFull, faultWipe, faultWipeBootstrap,
 }
 
 // needsFaultInjection reports whether k needs nodes started with
@@ -54,7 +59,9 @@ func (k faultKind) needsFaultInjection() bool {
 }
 
 // losesData reports whether k deletes a node's data dir.
-func (k faultKind) losesData() bool { return k == faultDisk || k == faultWipe }
+func (k faultKind) losesData() bool {
+	return k == faultDisk || k == faultWipe || k == faultWipeBootstrap
+}
 
 // minNodes is the smallest cluster k makes sense on.
 func (k faultKind) minNodes() int {
@@ -78,7 +85,7 @@ func usableFaults(kinds []faultKind, n int, canInject bool) []faultKind {
 
 // overlapFaults are the kinds that may be injected while another fault
 // holds, on a node that fault spares.
-var overlapFaults = []faultKind{faultKillRandom, faultPauseRandom, faultWipe}
+var overlapFaults = []faultKind{faultKillRandom, faultPauseRandom, faultWipe, faultWipeBootstrap}
 
 // nemesis injects faults into a cluster: one at a time, or with
 // probability overlap a second one while the first holds.
@@ -460,6 +467,14 @@ func (n *nemesis) start(ctx context.Context, k faultKind, busy map[*member]bool,
 			return f, err
 		}
 		return f, os.RemoveAll(m.dataDir)
+	case faultWipeBootstrap:
+		m := n.pick(n.spared(busy))
+		if m == nil {
+			return nil, nil
+		}
+		target(m).detail = "SIGKILL " + m.id + ", wipe its data dir, restart it at once with its --bootstrap flags"
+		f.rejoin = func(ctx context.Context) error { return n.caughtUp(ctx, m) }
+		return f, m.wipeRestartVia(nil)
 	}
 	return nil, fmt.Errorf("unknown fault %q", k)
 }
@@ -471,6 +486,12 @@ func (n *nemesis) rejoin(ctx context.Context, m *member) error {
 	if err := m.wipeRestart(); err != nil {
 		return err
 	}
+	return n.caughtUp(ctx, m)
+}
+
+// caughtUp waits until m, which came back without its data dir, holds
+// everything committed when it came back and is a voter again.
+func (n *nemesis) caughtUp(ctx context.Context, m *member) error {
 	lead, err := n.c.waitHealthy(ctx, catchUpTimeout)
 	if err != nil {
 		return err

@@ -25,8 +25,18 @@ import (
 //
 // If the wiped A votes for B, B leads with 2 of 3 votes without x and
 // overwrites it on L. The final log must hold x at its index.
+//
+// A comes back in two ways: with --join, and with its original --bootstrap
+// flags, as a unit file restarts a node after its disk was replaced (which
+// lost every acknowledged append before the node asked its peers first).
 func TestWipedNodeRejoin(t *testing.T) {
 	skipShort(t)
+	for _, how := range []string{"join", "bootstrap"} {
+		t.Run(how, func(t *testing.T) { wipedNodeRejoin(t, how == "bootstrap") })
+	}
+}
+
+func wipedNodeRejoin(t *testing.T, withBootstrap bool) {
 	const seed = 51
 	c := newCluster(t, clusterConfig{nodes: 3})
 	ctx := context.Background()
@@ -78,8 +88,13 @@ func TestWipedNodeRejoin(t *testing.T) {
 	x := appendOne("x")
 	t.Logf("x acknowledged at index %d by leader %s with %s", x, l.id, a.id)
 	step("pause", "SIGSTOP leader "+l.id, l.pause)
-	step("wipe", fmt.Sprintf("SIGKILL %s, wipe its data dir, restart it with --join %s,%s", a.id, l.clientAddr, b.clientAddr),
-		func() error { return a.wipeRestartVia([]string{l.clientAddr, b.clientAddr}) })
+	if withBootstrap {
+		step("wipe", fmt.Sprintf("SIGKILL %s, wipe its data dir, restart it with its --bootstrap flags", a.id),
+			func() error { return a.wipeRestartVia(nil) })
+	} else {
+		step("wipe", fmt.Sprintf("SIGKILL %s, wipe its data dir, restart it with --join %s,%s", a.id, l.clientAddr, b.clientAddr),
+			func() error { return a.wipeRestartVia([]string{l.clientAddr, b.clientAddr}) })
+	}
 	step("restart", "restart "+b.id, b.restart)
 	if nl, err := c.leader(ctx, 15*time.Second); err == nil {
 		t.Logf("%s leads while %s is paused: the wiped %s voted for it", nl.id, l.id, a.id)

@@ -39,6 +39,10 @@ func (n *Node) adminHandler() http.Handler {
 		enc.Encode(st)
 	})
 	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+		if n.removed.Load() {
+			http.Error(w, "removed from the cluster", http.StatusServiceUnavailable)
+			return
+		}
 		if n.raft.State() == raft.Shutdown {
 			http.Error(w, "raft is shut down", http.StatusServiceUnavailable)
 			return

@@ -91,6 +91,12 @@ type Config struct {
 	// Join is the client address of a member of a running cluster to join
 	// through, used when the data dir holds no raft state.
 	Join []string
+	// InitialClusterState says how a node whose data dir holds no raft
+	// state starts with a Bootstrap list of several members: ClusterNew
+	// (the default) bootstraps a new cluster once the other members answer
+	// that none of them ran one, and rejoins the cluster as a new member
+	// if one did; ClusterExisting only rejoins (see bootstrap.go).
+	InitialClusterState ClusterState
 
 	// Flush is FlushSync (default) or FlushAsync.
 	Flush FlushMode
@@ -174,6 +180,17 @@ func (c *Config) withDefaults() (Config, error) {
 		if !self {
 			return o, fmt.Errorf("node: bootstrap peers do not include this node (%s)", o.ID)
 		}
+	}
+	switch o.InitialClusterState {
+	case "":
+		o.InitialClusterState = ClusterNew
+	case ClusterNew:
+	case ClusterExisting:
+		if len(o.Bootstrap) < 2 && len(o.Join) == 0 {
+			return o, errors.New("node: initial cluster state existing needs the members' raft addresses (a bootstrap list naming others) or a join address")
+		}
+	default:
+		return o, fmt.Errorf("node: initial cluster state %q: want new or existing", o.InitialClusterState)
 	}
 	switch o.Flush {
 	case "":

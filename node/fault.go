@@ -134,8 +134,8 @@ func (f *faultLayer) partition(peers []string) {
 // Close implements net.Listener.
 func (f *faultLayer) Close() error { return f.ln.Close() }
 
-// Addr implements net.Listener.
-func (f *faultLayer) Addr() net.Addr { return f.ln.Addr() }
+// Addr implements net.Listener: the advertised address, as streamLayer's.
+func (f *faultLayer) Addr() net.Addr { return tcpAddrString(f.self) }
 
 type bufferedConn struct {
 	net.Conn

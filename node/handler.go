@@ -20,6 +20,9 @@ type handler struct{ n *Node }
 // Handle implements transport.Handler.
 func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, error) {
 	n := h.n
+	if _, ok := req.(*transport.StatusRequest); !ok && n.removed.Load() {
+		return nil, n.removedError()
+	}
 	switch r := req.(type) {
 	case *transport.AppendRequest:
 		return n.appendRecords(ctx, r)
@@ -42,6 +45,9 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 
 // Stream implements transport.Handler.
 func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *transport.ServerStream) error {
+	if h.n.removed.Load() {
+		return h.n.removedError()
+	}
 	if r, ok := req.(*transport.TailRequest); ok {
 		return h.n.tail(ctx, r, s)
 	}
@@ -298,11 +304,13 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 	}
 	resp := &transport.JoinResponse{}
 	var (
-		voter, nonvoter bool
-		err             error
+		member, voter, nonvoter bool
+		memberAddr              raft.ServerAddress
+		err                     error
 	)
 	for _, s := range cf.Configuration().Servers {
-		if string(s.ID) == r.NodeID && string(s.Address) == r.RaftAddr {
+		if string(s.ID) == r.NodeID {
+			member, memberAddr = true, s.Address
 			voter = s.Suffrage == raft.Voter
 			nonvoter = s.Suffrage == raft.Nonvoter
 		}
@@ -316,8 +324,17 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 		if resp.Index, err = n.joinNew(r, cf.Configuration()); err != nil {
 			return nil, err
 		}
-	case voter:
-		// A member recording its client address.
+	case r.Register && !member:
+		// A node that was removed asking to record its address: it must
+		// stay removed (removed.go).
+		return nil, &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf(
+			"node %s %s; not adding it back (to add it, wipe its data dir and start it with --join)", r.NodeID, errNotMember)}
+	case r.Register || voter && string(memberAddr) == r.RaftAddr:
+		// A member recording its client address. Its raft address is
+		// the configuration's: a Register never changes it.
+	case member && string(memberAddr) != r.RaftAddr:
+		return nil, &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf(
+			"node %s is a member at raft address %s, not %s: to change its address, remove it and add it again", r.NodeID, memberAddr, r.RaftAddr)}
 	case nonvoter:
 		// A new member that has caught up: promote it.
 		f := n.raft.AddVoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
@@ -370,14 +387,23 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	case found.Suffrage == raft.Voter && voters == 1:
 		return nil, &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf("node %q is the only voter: the cluster cannot go on without it", r.NodeID)}
 	}
-	// Forget the client address first: once removed, a node leading no
-	// more could not record it.
-	if err := n.raft.Apply(encodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
-		return nil, n.raftError(err)
+	self := r.NodeID == n.cfg.ID
+	if self {
+		// Forget the leader's own client address first: once removed,
+		// it leads no more and could not.
+		if err := n.raft.Apply(encodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+			return nil, n.raftError(err)
+		}
 	}
 	f := n.raft.RemoveServer(raft.ServerID(r.NodeID), 0, enqueueTimeout)
 	if err := f.Error(); err != nil {
 		return nil, n.raftError(err)
+	}
+	if !self {
+		// After the removal, so that the node cannot record it again.
+		if err := n.raft.Apply(encodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+			n.cfg.Logger.Warn("forgetting a removed node's client address", "id", r.NodeID, "error", err)
+		}
 	}
 	n.cfg.Logger.Info("removed server", "id", r.NodeID)
 	return &transport.RemoveResponse{Index: f.Index()}, nil
@@ -456,9 +482,16 @@ func (n *Node) trim(ctx context.Context, r *transport.TrimRequest) (*transport.T
 func (n *Node) Status() transport.StatusResponse {
 	_, leader := n.raft.LeaderWithID()
 	st := n.db.Stats()
+	role := n.raft.State().String()
+	switch {
+	case n.removed.Load():
+		role = "Removed"
+	case n.deciding.Load():
+		role = "Deciding"
+	}
 	s := transport.StatusResponse{
 		NodeID:       n.cfg.ID,
-		Role:         n.raft.State().String(),
+		Role:         role,
 		LeaderID:     string(leader),
 		Term:         n.raft.CurrentTerm(),
 		FirstIndex:   n.fsm.readView().floor,

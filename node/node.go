@@ -64,9 +64,15 @@ type Node struct {
 		layer *faultLayer
 		fs    *faultFS
 	}
-	joining  bool          // a new member, not yet promoted (rejoin.go)
-	voting   chan struct{} // closed once the node votes
-	joinedAt atomic.Uint64 // index of the entry that added it, 0 if unknown
+	marks   *markers                  // the data dir's marker files
+	probes  *probeLayer               // answers and sends probes (probe.go)
+	raftRef atomic.Pointer[raft.Raft] // raft, once started, for probe answers
+
+	deciding   atomic.Bool   // no raft state yet: bootstrap or rejoin? (bootstrap.go)
+	joiningNow atomic.Bool   // a new member, not yet promoted (rejoin.go)
+	removed    atomic.Bool   // removed from the cluster (removed.go)
+	voting     chan struct{} // closed once the node votes
+	joinedAt   atomic.Uint64 // index of the entry that added it, 0 if unknown
 	// keptAfterSnapshot counts the entries past a received snapshot that
 	// the node held when it installed the snapshot, and kept (for tests).
 	keptAfterSnapshot atomic.Uint64
@@ -95,7 +101,7 @@ func Start(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if len(n.cfg.Join) > 0 {
-		if err := n.joinCluster(ctx); err != nil {
+		if err := n.joinCluster(ctx, n.cfg.Join); err != nil {
 			n.Close()
 			return nil, err
 		}
@@ -116,6 +122,10 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
 	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{})}
+	n.marks = &markers{dir: c.DataDir}
+	if err := n.checkNotRemoved(); err != nil {
+		return nil, err
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.start(ctx); err != nil {
 		n.Close()
@@ -184,6 +194,10 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if _, err := raftBridge(); err != nil {
 		return fmt.Errorf("node: metrics: %w", err)
 	}
+	// The client address is known before raft starts: probes tell it.
+	if err := n.openClientListener(); err != nil {
+		return err
+	}
 	if err := n.startRaft(); err != nil {
 		return err
 	}
@@ -197,9 +211,23 @@ func (n *Node) start(ctx context.Context) (err error) {
 	go n.watchLeadership()
 	go n.snapshotLoop()
 	go n.registerLoop()
-	if n.joining {
+	switch {
+	case n.deciding.Load():
 		n.wg.Add(1)
-		go n.promoteLoop()
+		go n.decideLoop()
+	case n.joiningNow.Load():
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			if n.joinedAt.Load() == 0 && len(n.cfg.Join) == 0 && len(n.cfg.Bootstrap) > 1 {
+				// A rejoin chosen by decideLoop that did not finish:
+				// the bootstrap list tells whom to ask.
+				if err := n.joinCluster(n.ctx, nil); err != nil && n.ctx.Err() == nil {
+					n.cfg.Logger.Error("rejoining", "error", err)
+				}
+			}
+			n.promoteLoop()
+		}()
 	}
 	return nil
 }
@@ -234,20 +262,43 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return err
 	}
-	joining, added, err := joiningIndex(c.DataDir)
+	joining, added, err := n.marks.joiningIndex()
 	if err != nil {
 		return err
 	}
-	if !existing && len(c.Bootstrap) == 0 && !joining {
-		if err := markJoining(c.DataDir, 0); err != nil {
+	deciding, err := n.marks.has(bootstrapFile)
+	if err != nil {
+		return err
+	}
+	if joining && deciding {
+		// A crash between the two steps of becomeJoining.
+		if err := n.marks.remove(bootstrapFile); err != nil {
 			return err
 		}
-		joining = true
+		deciding = false
 	}
-	n.joining = joining
+	bootstrapAtOnce := false
+	if !existing && !joining && !deciding {
+		switch {
+		case len(c.Bootstrap) == 0:
+			if err := n.marks.markJoining(0); err != nil {
+				return err
+			}
+			joining = true
+		case len(c.Bootstrap) == 1 && c.InitialClusterState != ClusterExisting:
+			bootstrapAtOnce = true // no one to ask
+		default:
+			if err := n.marks.write(bootstrapFile, []byte("\n")); err != nil {
+				return err
+			}
+			deciding = true
+		}
+	}
+	n.joiningNow.Store(joining)
+	n.deciding.Store(deciding)
 	n.joinedAt.Store(added)
 	n.gate = newVoteGate(tr, false, c.ID)
-	if !joining {
+	if !joining && !deciding {
 		n.startVoting()
 	}
 	store := failStopStore{Store: n.view.live, n: n}
@@ -263,63 +314,103 @@ func (n *Node) startRaft() error {
 		return fmt.Errorf("node: start raft: %w", err)
 	}
 	n.gate.raft.Store(n.raft)
+	n.raftRef.Store(n.raft)
 	n.prop = newProposer(n.raft, n.cfg.BatchLinger, rc.MaxAppendEntries, func(k int) { n.metrics.batch.Observe(float64(k)) })
-	if !existing && len(c.Bootstrap) > 0 {
-		var conf raft.Configuration
-		for _, p := range c.Bootstrap {
-			addr := raft.ServerAddress(p.RaftAddr)
-			if p.ID == c.ID {
-				addr = tr.LocalAddr()
-			}
-			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: addr})
-		}
+	if bootstrapAtOnce {
+		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(c.ID), Address: tr.LocalAddr()}}}
 		if err := n.raft.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
 			return fmt.Errorf("node: bootstrap: %w", err)
 		}
 	}
+	if existing {
+		n.warnAddressChange(string(tr.LocalAddr()))
+	}
 	return nil
 }
 
+// warnAddressChange warns when the configuration names this node at
+// another raft address than the one it advertises: peers dial the
+// configuration's.
+func (n *Node) warnAddressChange(advertised string) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	for _, s := range f.Configuration().Servers {
+		if string(s.ID) == n.cfg.ID && string(s.Address) != advertised {
+			n.cfg.Logger.Warn("the raft configuration names this node at another address than it advertises; peers dial the configuration's address. To change it, remove the node and add it again",
+				"configured", s.Address, "advertised", advertised)
+		}
+	}
+}
+
 // raftTransport returns raft's network transport: TCP, or mutual TLS when
-// configured, under faultLayer when fault injection is on.
+// configured, under faultLayer when fault injection is on, under
+// probeLayer always. The transport's address is the one the node
+// advertises.
 func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
 	c := n.cfg
 	logger := c.Logger.Named("transport")
-	var advertise net.Addr
-	if c.RaftAdvertise != "" {
-		a, err := net.ResolveTCPAddr("tcp", c.RaftAdvertise)
-		if err != nil {
-			return nil, fmt.Errorf("node: raft advertise address: %w", err)
-		}
-		advertise = a
-	}
 	ln, err := net.Listen("tcp", c.RaftAddr)
 	if err != nil {
 		return nil, fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
 	}
-	if advertise == nil {
-		advertise = ln.Addr()
-	}
-	if a, ok := advertise.(*net.TCPAddr); !ok || a.IP == nil || a.IP.IsUnspecified() {
+	advertise := advertisedAddr(c.RaftAddr, c.RaftAdvertise, ln.Addr())
+	if err := checkDialable(advertise); err != nil {
 		ln.Close()
-		return nil, fmt.Errorf("node: raft address %s cannot be dialled by peers; give RaftAdvertise", advertise)
+		return nil, err
 	}
-	layer := &streamLayer{Listener: ln, dial: dialTCP}
+	if len(c.Bootstrap) > 0 {
+		peers, err := checkBootstrapEntry(c.Bootstrap, c.ID, c.RaftAddr, advertise)
+		if err != nil {
+			ln.Close()
+			return nil, err
+		}
+		n.cfg.Bootstrap = peers
+	}
+	layer := &streamLayer{Listener: ln, dial: dialTCP, advertise: tcpAddrString(advertise)}
 	if n.tls != nil {
 		layer.Listener = tls.NewListener(ln, n.tls.raftIn)
 		layer.dial = n.tls.dialRaft
 	}
 	var stream raft.StreamLayer = layer
 	if c.FaultInjection {
-		n.faults.layer = newFaultLayer(layer, advertise.String())
+		n.faults.layer = newFaultLayer(layer, advertise)
 		stream = n.faults.layer
 	}
+	n.probes = newProbeLayer(stream, n.probeAnswer)
 	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: stream, MaxPool: 4, Timeout: 10 * time.Second, Logger: logger,
+		Stream: n.probes, MaxPool: 4, Timeout: 10 * time.Second, Logger: logger,
 	}), nil
 }
 
-func (n *Node) listen() error {
+// advertisedAddr is the raft address the node gives peers: advertise when
+// set, else the listen address as given, else (port 0, or no host) the
+// address the listener got.
+func advertisedAddr(listen, advertise string, bound net.Addr) string {
+	if advertise != "" {
+		return advertise
+	}
+	if host, port, err := net.SplitHostPort(listen); err == nil && host != "" && port != "0" {
+		return listen
+	}
+	return bound.String()
+}
+
+// checkDialable refuses an advertised address peers cannot dial.
+func checkDialable(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("node: raft address %s: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || ip != nil && ip.IsUnspecified() {
+		return fmt.Errorf("node: raft address %s cannot be dialled by peers; give RaftAdvertise", addr)
+	}
+	return nil
+}
+
+// openClientListener listens on the client address.
+func (n *Node) openClientListener() error {
 	c := n.cfg
 	ln, err := net.Listen("tcp", c.ClientAddr)
 	if err != nil {
@@ -333,9 +424,16 @@ func (n *Node) listen() error {
 	if c.ClientAdvertise != "" {
 		n.clientAddr = c.ClientAdvertise
 	}
+	return nil
+}
+
+// listen serves the client listener and starts the admin server.
+func (n *Node) listen() error {
+	c := n.cfg
 	n.wg.Add(1)
 	go n.acceptLoop()
 	if c.AdminAddr != "" {
+		var err error
 		if n.adminLn, err = net.Listen("tcp", c.AdminAddr); err != nil {
 			return fmt.Errorf("node: admin listener: %w", err)
 		}
@@ -521,37 +619,9 @@ func (n *Node) snapshotLoop() {
 	}
 }
 
-// registerLoop makes sure the member table holds this node's client
-// address, asking the leader to record it (a Join of a node already a
-// member only records its address).
-func (n *Node) registerLoop() {
-	defer n.wg.Done()
-	t := time.NewTicker(time.Second)
-	defer t.Stop()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-t.C:
-		}
-		if n.fsm.member(n.cfg.ID) == n.clientAddr || n.raft.State() == raft.Leader || !n.gate.allowed.Load() {
-			continue // recorded, or recorded by the leader itself, or a new member (promoteLoop)
-		}
-		_, id := n.raft.LeaderWithID()
-		if addr := n.fsm.member(string(id)); addr != "" {
-			ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-			_, err := n.callJoin(ctx, addr, n.joinRequest(false))
-			cancel()
-			if err != nil {
-				n.cfg.Logger.Debug("registering client address", "error", err)
-			}
-		}
-	}
-}
-
 // joinRequest describes this node for a Join.
-func (n *Node) joinRequest(fresh bool) *transport.JoinRequest {
-	return &transport.JoinRequest{NodeID: n.cfg.ID, RaftAddr: string(n.tr.LocalAddr()), ClientAddr: n.clientAddr, Fresh: fresh}
+func (n *Node) joinRequest(fresh, register bool) *transport.JoinRequest {
+	return &transport.JoinRequest{NodeID: n.cfg.ID, RaftAddr: string(n.tr.LocalAddr()), ClientAddr: n.clientAddr, Fresh: fresh, Register: register}
 }
 
 // callJoin sends a Join to addr and returns the index of the change it
@@ -571,49 +641,64 @@ func (n *Node) callJoin(ctx context.Context, addr string, req *transport.JoinReq
 	return resp.Index, err
 }
 
-// joinCluster asks the members in cfg.Join to add this node, following
-// NotLeader answers, until one does or ctx ends. A node with raft state is
-// a member already; a new one joins as a new member (rejoin.go) and
-// records the index of the entry that added it.
-func (n *Node) joinCluster(ctx context.Context) error {
-	if !n.joining || n.joinedAt.Load() != 0 {
+// joinCluster asks the members at the client addresses via to add this
+// node, following NotLeader answers, until one does or ctx ends. With no
+// addresses it asks the bootstrap list's members for theirs (probe.go). A
+// node with raft state is a member already; a new one joins as a new
+// member (rejoin.go) and records the index of the entry that added it.
+func (n *Node) joinCluster(ctx context.Context, via []string) error {
+	if !n.joiningNow.Load() || n.joinedAt.Load() != 0 {
 		return nil
 	}
 	backoff := 50 * time.Millisecond
 	next := ""
 	var last error
 	for attempt := 0; ; attempt++ {
-		addr := n.cfg.Join[attempt%len(n.cfg.Join)]
-		if next != "" {
+		if len(via) == 0 {
+			via = n.probeClientAddrs()
+		}
+		var addr string
+		switch {
+		case next != "":
 			addr, next = next, ""
+		case len(via) > 0:
+			addr = via[attempt%len(via)]
 		}
-		idx, err := n.callJoin(ctx, addr, n.joinRequest(true))
-		if err == nil {
-			if err := markJoining(n.cfg.DataDir, idx); err != nil {
-				return err
+		if addr != "" {
+			idx, err := n.callJoin(ctx, addr, n.joinRequest(true, false))
+			if err == nil {
+				if err := n.marks.markJoining(idx); err != nil {
+					return err
+				}
+				n.joinedAt.Store(idx)
+				n.cfg.Logger.Info("joined the cluster as a new member; a voter once caught up", "via", addr, "index", idx)
+				return nil
 			}
-			n.joinedAt.Store(idx)
-			n.cfg.Logger.Info("joined the cluster as a new member; a voter once caught up", "via", addr, "index", idx)
-			return nil
-		}
-		last = err
-		var te *transport.Error
-		if errors.As(err, &te) && te.Code == transport.CodeBadRequest {
-			return fmt.Errorf("node: join via %s: %w", addr, err)
-		}
-		if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" &&
-			te.LeaderAddr != addr && te.LeaderAddr != n.clientAddr {
-			next = te.LeaderAddr // try the leader next, after the backoff
+			last = err
+			var te *transport.Error
+			if errors.As(err, &te) && te.Code == transport.CodeBadRequest {
+				return fmt.Errorf("node: join via %s: %w", addr, err)
+			}
+			if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" &&
+				te.LeaderAddr != addr && te.LeaderAddr != n.clientAddr {
+				next = te.LeaderAddr // try the leader next, after the backoff
+			}
 		}
 		t := time.NewTimer(backoff)
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("node: could not join the cluster through %v: %w (last error: %v)", n.cfg.Join, ctx.Err(), last)
+			return fmt.Errorf("node: could not join the cluster through %v: %w (last error: %v)", via, ctx.Err(), last)
 		case <-t.C:
 		}
 		backoff = min(2*backoff, time.Second)
 	}
+}
+
+// probeClientAddrs asks the bootstrap list's other members for client
+// addresses to join through, the leader's first.
+func (n *Node) probeClientAddrs() []string {
+	return joinAddrs(n.probes.probeAll(n.otherPeers(), probeRequest{ID: n.cfg.ID}, probeTimeout))
 }
 
 // ID returns the node's id.

@@ -4,16 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
-	"path/filepath"
-	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
-	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -36,11 +31,11 @@ import (
 //     promotion then comes after that entry, and the node's log holds every
 //     entry committed before it.
 //
-// The state survives restarts as the file "joining" in the data dir, which
-// holds the index of the entry that added the node (0 until known). A node
-// whose data dir was lost must come back with --join (or 'node join'), never
-// with --bootstrap.
-const joiningFile = "joining"
+// The state survives restarts as the marker file "joining" in the data dir
+// (markers.go), which holds the index of the entry that added the node (0
+// until known). A node whose data dir was lost comes back with --join (or
+// 'node join'), or with its bootstrap list, which finds out that the
+// cluster runs and takes this path (bootstrap.go).
 
 // voteGate is the node's raft transport. While the node is not yet a voter
 // of its own, it refuses every vote and pre-vote request it receives and
@@ -146,29 +141,6 @@ func (g *voteGate) Close() error {
 	return g.NetworkTransport.Close()
 }
 
-// markJoining records durably that the node is a new member not yet
-// promoted, added by the entry at index (0: not known yet).
-func markJoining(dataDir string, index uint64) error {
-	return writeFileSync(filepath.Join(dataDir, joiningFile), []byte(strconv.FormatUint(index, 10)+"\n"))
-}
-
-// joiningIndex reads the joining state: whether the node is joining, and
-// the index of the entry that added it (0 if not known).
-func joiningIndex(dataDir string) (bool, uint64, error) {
-	b, err := os.ReadFile(filepath.Join(dataDir, joiningFile))
-	if errors.Is(err, os.ErrNotExist) {
-		return false, 0, nil
-	}
-	if err != nil {
-		return false, 0, err
-	}
-	idx, err := strconv.ParseUint(strings.TrimSpace(string(b)), 10, 64)
-	if err != nil {
-		return false, 0, fmt.Errorf("node: %s: %w", filepath.Join(dataDir, joiningFile), err)
-	}
-	return true, idx, nil
-}
-
 // selfSuffrage returns the node's suffrage in its latest configuration,
 // and false when it is not in it.
 func (n *Node) selfSuffrage() (raft.ServerSuffrage, bool) {
@@ -189,7 +161,6 @@ func (n *Node) selfSuffrage() (raft.ServerSuffrage, bool) {
 // once its configuration says it is one, it starts voting and forgets the
 // joining state.
 func (n *Node) promoteLoop() {
-	defer n.wg.Done()
 	t := time.NewTicker(n.cfg.HeartbeatTimeout / 2)
 	defer t.Stop()
 	for {
@@ -207,21 +178,18 @@ func (n *Node) promoteLoop() {
 			// Added by someone else ('node join'): the entry is in the log
 			// by now.
 			added = n.raft.LastIndex()
-			if err := markJoining(n.cfg.DataDir, added); err != nil {
+			if err := n.marks.markJoining(added); err != nil {
 				n.cfg.Logger.Error("recording the joining state", "error", err)
 				continue
 			}
 			n.joinedAt.Store(added)
 		}
 		if suffrage == raft.Voter && added != 0 && n.raft.LastIndex() >= added {
-			if err := os.Remove(filepath.Join(n.cfg.DataDir, joiningFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			if err := n.marks.remove(joiningFile); err != nil {
 				n.cfg.Logger.Error("forgetting the joining state", "error", err)
 				continue
 			}
-			if err := vfs.Default.SyncDir(n.cfg.DataDir); err != nil {
-				n.cfg.Logger.Error("forgetting the joining state", "error", err)
-				continue
-			}
+			n.joiningNow.Store(false)
 			n.startVoting()
 			n.cfg.Logger.Info("promoted to voter; voting")
 			return
@@ -239,7 +207,7 @@ func (n *Node) promoteLoop() {
 			continue
 		}
 		ctx, cancel := context.WithTimeout(n.ctx, 5*time.Second)
-		_, err := n.callJoin(ctx, addr, n.joinRequest(false))
+		_, err := n.callJoin(ctx, addr, n.joinRequest(false, false))
 		cancel()
 		if err != nil {
 			n.cfg.Logger.Debug("asking for promotion", "error", err)

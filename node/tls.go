@@ -104,8 +104,27 @@ func (c *tlsConfigs) dialRaft(address string, timeout time.Duration) (net.Conn, 
 // (TCP or TLS).
 type streamLayer struct {
 	net.Listener
-	dial func(address string, timeout time.Duration) (net.Conn, error)
+	dial      func(address string, timeout time.Duration) (net.Conn, error)
+	advertise net.Addr // the address peers dial, which raft takes for its own
 }
+
+// Addr implements net.Listener: it returns the advertised address, which
+// raft's transport reports as the node's own (raft.Transport.LocalAddr).
+func (s *streamLayer) Addr() net.Addr {
+	if s.advertise != nil {
+		return s.advertise
+	}
+	return s.Listener.Addr()
+}
+
+// tcpAddrString is a TCP address kept as given (a host name stays one).
+type tcpAddrString string
+
+// Network implements net.Addr.
+func (tcpAddrString) Network() string { return "tcp" }
+
+// String implements net.Addr.
+func (a tcpAddrString) String() string { return string(a) }
 
 // Dial implements raft.StreamLayer.
 func (s *streamLayer) Dial(address raft.ServerAddress, timeout time.Duration) (net.Conn, error) {

@@ -244,7 +244,9 @@ func (*StatusRequest) Validate(Limits) error { return nil }
 type StatusResponse struct {
 	// NodeID is the answering node's id.
 	NodeID string `msgpack:"node_id" json:"node_id"`
-	// Role is the node's raft state: Follower, Candidate, Leader or Shutdown.
+	// Role is the node's raft state: Follower, Candidate, Leader or Shutdown;
+	// or Deciding (no raft state yet: learning whether to bootstrap a new
+	// cluster or rejoin a running one), or Removed (removed from the cluster).
 	Role string `msgpack:"role" json:"role"`
 	// LeaderID is the leader's node id, empty when unknown.
 	LeaderID string `msgpack:"leader_id,omitempty" json:"leader_id,omitempty"`
@@ -306,6 +308,11 @@ type JoinRequest struct {
 	// its client address, a nonvoter is promoted, and an unknown node is
 	// added as a nonvoter.
 	Fresh bool `msgpack:"fresh,omitempty"`
+	// Register says the node is a member recording its client address, as
+	// every node does after it starts: the leader records the address of a
+	// member, and refuses (FailedPrecondition) a node that is not one, for
+	// example one that was removed, instead of adding it.
+	Register bool `msgpack:"register,omitempty"`
 }
 
 // Validate checks that the id and both addresses are present and sane.

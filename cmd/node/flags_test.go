@@ -160,6 +160,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--bootstrap", "n1"}, nil, `peer "n1": want id=host:port`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--bootstrap", "n1=127.0.0.1:1", "--join", "127.0.0.1:2"}, nil, "not both"},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--client-addr", "0.0.0.0:7000"}, nil, "give --client-advertise"},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--initial-cluster-state", "old"}, nil, `--initial-cluster-state "old": want new or existing`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},
 		{[]string{"append", "x"}, nil, "no cluster address: give --addrs host:port,... or set RAFTLOG_ADDRS"},

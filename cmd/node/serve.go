@@ -24,6 +24,19 @@ Once a node's data dir holds its raft state, --bootstrap and --join are
 ignored: restart it with the same flags or without them. A node started
 with neither waits until 'node join' adds it.
 
+A node with an empty data dir and a --bootstrap list naming other members
+neither votes nor bootstraps until it has asked them: if one of them has
+run the cluster (the node lost its data dir), it rejoins as a new member
+and votes once it has caught up; if enough of them answer that none has,
+it bootstraps; otherwise it waits. So a node restarted with its original
+flags after a disk replacement is safe. --initial-cluster-state existing
+never bootstraps. A node that bootstraps alone has no one to ask: after
+it loses its data dir, start it with --join.
+
+A node removed from the cluster ('node remove') learns it, stops, and
+refuses to start again; to add it back, wipe its data dir and start it
+with --join.
+
 Example, three nodes on one host:
   node serve --id n1 --data-dir d1 --client-addr 127.0.0.1:7000 --raft-addr 127.0.0.1:7001 \
       --bootstrap n1=127.0.0.1:7001,n2=127.0.0.1:7011,n3=127.0.0.1:7021
@@ -52,6 +65,7 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.StringVar(&c.ClientAdvertise, "client-advertise", "", "the client `host:port` given to clients, when it differs from --client-addr")
 	fs.StringVar(&c.AdminAddr, "admin-addr", "", "the `host:port` of the HTTP /status, /health and /ready endpoints; empty: none")
 	fs.Var(peersValue{&c.Bootstrap}, "bootstrap", "the initial members of a new cluster, this node included: `id=host:port,...` (raft addresses)")
+	fs.StringVar((*string)(&c.InitialClusterState), "initial-cluster-state", string(node.ClusterNew), "with an empty data dir and a --bootstrap list: `new` bootstraps once the other members answer that none ran a cluster\n(and rejoins if one did); existing never bootstraps, only rejoins")
 	fs.Var(addrsValue{&c.Join}, "join", "client addresses of members of a running cluster to join through: `host:port,...`")
 	fs.DurationVar(&o.joinTimeout, "join-timeout", o.joinTimeout, "how long a new node keeps trying to join before it gives up (a `duration`); 0: until interrupted")
 	fs.Var(flushValue{&c.Flush}, "flush", "flush `mode`: sync makes appends durable on a majority before they are acknowledged;\nasync syncs in the background: UNSAFE on power loss, which can lose acknowledged appends")
@@ -94,6 +108,8 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		return nil, usagef("--max-conns %d is negative", c.MaxConns)
 	case o.joinTimeout < 0:
 		return nil, usagef("--join-timeout %v is negative", o.joinTimeout)
+	case c.InitialClusterState != node.ClusterNew && c.InitialClusterState != node.ClusterExisting:
+		return nil, usagef("--initial-cluster-state %q: want new or existing", c.InitialClusterState)
 	}
 	if len(c.Bootstrap) > 0 && !hasPeer(c.Bootstrap, c.ID) {
 		return nil, usagef("--bootstrap does not list this node (%s)", c.ID)

@@ -1,0 +1,100 @@
+package node
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/raftlog/raftlog/commitlog/vfs"
+)
+
+// Marker files in the data dir record, durably, what a node knows of its
+// own membership beyond raft's state:
+//
+//	joining        a new member, not yet a voter; holds the index of the entry
+//	               that added it, 0 until known (rejoin.go)
+//	bootstrapping  started with no raft state and a bootstrap list; has not yet
+//	               learnt whether it founds a new cluster or rejoins one that
+//	               ran without it (bootstrap.go)
+//	removed        removed from the cluster; the node refuses to start
+//	               (removed.go)
+//
+// A marker is written to a temporary file, synced, renamed into place, and
+// the directory synced; removing one syncs the directory too.
+const (
+	joiningFile   = "joining"
+	bootstrapFile = "bootstrapping"
+	removedFile   = "removed"
+)
+
+// markers reads and writes a data dir's marker files. Several goroutines
+// write them (a join in progress and promoteLoop both record the joining
+// state), so one mutex serializes the writes: each goes through the same
+// temporary file name.
+type markers struct {
+	dir string     // immutable
+	mu  sync.Mutex // serializes write and remove
+}
+
+// write replaces marker name with b, durably.
+func (m *markers) write(name string, b []byte) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return writeFileSync(filepath.Join(m.dir, name), b)
+}
+
+// remove deletes marker name, durably; a missing marker is not an error.
+func (m *markers) remove(name string) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	path := filepath.Join(m.dir, name)
+	if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("node: remove %s: %w", path, err)
+	}
+	if err := vfs.Default.SyncDir(m.dir); err != nil {
+		return fmt.Errorf("node: remove %s: %w", path, err)
+	}
+	return nil
+}
+
+// read returns marker name's contents, and false when it does not exist.
+func (m *markers) read(name string) (string, bool, error) {
+	b, err := os.ReadFile(filepath.Join(m.dir, name))
+	if errors.Is(err, os.ErrNotExist) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("node: %w", err)
+	}
+	return string(b), true, nil
+}
+
+// has reports whether marker name exists.
+func (m *markers) has(name string) (bool, error) {
+	_, ok, err := m.read(name)
+	return ok, err
+}
+
+// markJoining records that the node is a new member not yet promoted,
+// added by the entry at index (0: not known yet).
+func (m *markers) markJoining(index uint64) error {
+	return m.write(joiningFile, []byte(strconv.FormatUint(index, 10)+"\n"))
+}
+
+// joiningIndex reads the joining state: whether the node is joining, and
+// the index of the entry that added it (0 if not known).
+func (m *markers) joiningIndex() (bool, uint64, error) {
+	s, ok, err := m.read(joiningFile)
+	if !ok || err != nil {
+		return false, 0, err
+	}
+	idx, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return false, 0, fmt.Errorf("node: %s: %w", filepath.Join(m.dir, joiningFile), err)
+	}
+	return true, idx, nil
+}
