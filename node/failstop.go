@@ -23,10 +23,17 @@ type failStopStore struct {
 }
 
 func (s failStopStore) check(err error) error {
-	if err != nil && !errors.Is(err, commitlog.ErrNoSpace) {
-		if ferr := s.n.db.Err(); ferr != nil {
-			s.n.failStop(ferr)
-		}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, commitlog.ErrNoSpace) {
+		s.n.metrics.storeErrors.WithLabelValues("no_space").Inc()
+		s.n.space.invalidate()
+		return err
+	}
+	s.n.metrics.storeErrors.WithLabelValues("io").Inc()
+	if ferr := s.n.db.Err(); ferr != nil {
+		s.n.failStop(ferr)
 	}
 	return err
 }

@@ -102,7 +102,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	if _, err := n.leading(ctx); err != nil {
 		return nil, err
 	}
-	if err := n.space.check(n.cfg.ID); err != nil {
+	if err := n.checkSpace(); err != nil {
 		return nil, err
 	}
 	if r.ClientID != "" {
@@ -430,6 +430,11 @@ func (n *Node) Status() transport.StatusResponse {
 			Written:  uint64(max(st.Written, 0)),
 			Flushed:  uint64(max(st.Durable, 0)),
 		},
+	}
+	sp := n.space.report()
+	s.Store.FreeBytes, s.Store.ReserveBytes, s.Store.BelowReserve = sp.free, sp.reserve, sp.below
+	if v := n.space.verdict.Load(); v != nil && s.Role == raft.Leader.String() {
+		s.Refusing = v.Error()
 	}
 	if leader != "" {
 		s.LeaderAddr = n.fsm.member(string(leader))

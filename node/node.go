@@ -195,6 +195,8 @@ func (n *Node) start(ctx context.Context) (err error) {
 	go n.watchLeadership()
 	go n.snapshotLoop()
 	go n.registerLoop()
+	n.wg.Add(1)
+	go n.spaceLoop()
 	if n.joining {
 		n.wg.Add(1)
 		go n.promoteLoop()
