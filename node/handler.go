@@ -113,7 +113,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	cmds := make([][]byte, len(r.Records))
 	total := uint64(len(r.Records))
 	for i, rec := range r.Records {
-		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+32), r.ClientID, r.Seq, uint64(i), total, rec)
+		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+32), r.ClientID, r.Seq, uint64(i), total, r.Base, rec)
 	}
 	pr := n.prop.propose(cmds)
 	futures := pr.futures
@@ -123,6 +123,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	n.prop.finish(pr)
 	var (
 		firstErr error
+		reached  bool // some entry reached raft's log: the append may be stored in part
 		resp     = &transport.AppendResponse{}
 		results  = make([]appendResult, len(futures))
 	)
@@ -131,8 +132,10 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 			if firstErr == nil {
 				firstErr = err
 			}
+			reached = reached || !errors.Is(err, raft.ErrNotLeader)
 			continue
 		}
+		reached = true
 		res, ok := f.Response().(appendResult)
 		if !ok {
 			return nil, fmt.Errorf("node: unexpected apply result %T", f.Response())
@@ -140,12 +143,17 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 		results[i] = res
 		resp.Duplicate = resp.Duplicate || res.dup
 		if res.err != nil && errors.Is(res.err, errSessionExpired) {
-			return nil, &transport.Error{Code: transport.CodeBadRequest, Message: res.err.Error()}
+			n.metrics.refusedAppends.WithLabelValues(refusedSession).Inc()
+			return nil, &transport.Error{Code: transport.CodeSessionExpired, Message: res.err.Error()}
 		}
 	}
 	if firstErr != nil {
 		// Some entries may be stored: with a client id, a retry stores the
-		// rest exactly once.
+		// rest exactly once. NotLeader tells a client that nothing was
+		// stored, so it is only given when no entry reached the log.
+		if reached && errors.Is(firstErr, raft.ErrNotLeader) {
+			firstErr = raft.ErrLeadershipLost
+		}
 		return nil, n.raftError(firstErr)
 	}
 	if r.ClientID == "" {
