@@ -104,9 +104,11 @@ type Config struct {
 	// SegmentSize is the commit-log segment size; default 64 MiB.
 	SegmentSize int64
 	// MinFreeBytes is the free space the data dir's file system must keep:
-	// below it the node refuses appends (Unavailable) and keeps serving
-	// reads, until space is freed. Default two segments (128 MiB);
-	// negative disables the check.
+	// below it the node is below its reserve, and while it leads, or while
+	// a quorum of voters is below theirs, the leader refuses appends
+	// (NoSpace) and keeps serving reads and trims, until space is freed
+	// (space.go). Default two segments (128 MiB); negative disables the
+	// check.
 	MinFreeBytes int64
 
 	// TLS, when set, secures raft traffic (mutual TLS) and the client
