@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/raftlog/raftlog/transport"
@@ -20,7 +21,11 @@ type Client struct {
 	cancel context.CancelFunc // immutable
 	done   chan struct{}      // immutable: closed by Close
 	seqs   *seqWindow         // immutable: append sequence numbers
-	wg     sync.WaitGroup     // dial goroutines
+	// stored is set once an append of this Client may have been stored;
+	// until then every append tells the server its session is new
+	// (sessionBase).
+	stored atomic.Bool
+	wg     sync.WaitGroup // dial goroutines
 
 	mu     sync.Mutex         // guards the fields below; never held across a network call
 	conns  map[string]*member // per member address; nil once closed
@@ -170,7 +175,12 @@ func (c *Client) Append(ctx context.Context, records ...[]byte) ([]uint64, error
 	var resp transport.AppendResponse
 	err = c.do(ctx, c.newRetrier("append", toLeader, "", true), func(ctx context.Context, conn *transport.Conn) error {
 		resp = transport.AppendResponse{}
-		return conn.Call(ctx, transport.OpAppend, req, &resp)
+		req.Base = c.sessionBase()
+		err := conn.Call(ctx, transport.OpAppend, req, &resp)
+		if !refusedBeforeStoring(err) {
+			c.stored.Store(true)
+		}
+		return err
 	})
 	if err != nil {
 		return nil, err
@@ -345,4 +355,28 @@ func (c *Client) Close() error {
 	closeConns(members)
 	c.wg.Wait()
 	return nil
+}
+
+// sessionBase returns the session base an append carries
+// (transport.AppendRequest.Base): 1 while none of the Client's appends may
+// have been stored, so that a cluster that holds no session of the Client
+// knows it is new; then the oldest sequence number still in flight, below
+// which the Client never sends again.
+func (c *Client) sessionBase() uint64 {
+	if !c.stored.Load() {
+		return 1
+	}
+	return c.seqs.oldest()
+}
+
+// refusedBeforeStoring reports whether an append attempt that failed with
+// err certainly stored nothing: the server answers these codes before it
+// proposes anything.
+func refusedBeforeStoring(err error) bool {
+	switch transport.ErrorCode(err) {
+	case transport.CodeBadRequest, transport.CodeTooLarge, transport.CodeNotLeader, transport.CodeBusy,
+		transport.CodeNoSpace, transport.CodeSessionExpired, transport.CodeUnknownOp, transport.CodeUnsupportedVersion:
+		return true
+	}
+	return false
 }

@@ -55,6 +55,22 @@
 // have been stored; calling Append again with the same records is a new
 // request, which may store them a second time.
 //
+// The cluster keeps the sessions of the 8,192 most recently active client
+// ids (each with its last SeqWindow appends, and at most 262,144 record
+// indexes) and remembers the last 65,536 it evicted. Every Append also
+// carries the Client's session base (transport.AppendRequest.Base): 1
+// while none of its appends may have been stored, then the oldest sequence
+// number it has in flight. With it, the cluster refuses with
+// SessionExpired, instead of storing a second time, an Append it cannot
+// check: a retry whose session was evicted, a sequence number below the
+// session's window, or an Append under an id it does not know from a
+// Client that may have stored appends already (for example a second Client
+// given the same ClientID). SessionExpired is returned at once; the Append
+// was not stored by that attempt. Read the log to learn what was stored,
+// and go on with a new Client. Left open: a Client with no Append finished
+// yet, whose session was evicted and then forgotten while it retried one,
+// may have that one stored twice.
+//
 // Reads are retried like appends. Join, Remove, TransferLeadership and Trim
 // are retried only when they certainly did not run: after NotLeader,
 // Unavailable or Busy replies, failures to connect and failed TLS

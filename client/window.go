@@ -55,6 +55,15 @@ func (w *seqWindow) acquire(ctx context.Context, closed <-chan struct{}) (uint64
 	}
 }
 
+// oldest returns the oldest sequence number not yet released (the next
+// one to hand out when none is in flight): no number below it is sent
+// again.
+func (w *seqWindow) oldest() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.base
+}
+
 // release ends sequence number s, which acquire returned, whatever became
 // of its append.
 func (w *seqWindow) release(s uint64) {

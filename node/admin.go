@@ -2,6 +2,7 @@ package node
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 
 	"github.com/hashicorp/raft"
@@ -22,8 +23,10 @@ type adminMember struct {
 }
 
 // adminHandler serves /status (JSON), /health (the process serves) and
-// /ready (the node knows a leader and can serve reads and writes through
-// it).
+// /ready (the node can take appends: it knows a leader, its data dir is
+// above its free-space reserve, and, on the leader, a quorum of voters can
+// store; see space.go). A node below its reserve is healthy: /health
+// answers 200 and says so in its body; /ready answers 503 with the reason.
 func (n *Node) adminHandler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
@@ -47,11 +50,27 @@ func (n *Node) adminHandler() http.Handler {
 			http.Error(w, "raft is shut down", http.StatusServiceUnavailable)
 			return
 		}
+		if n.space.isBelow() {
+			sp := n.space.report()
+			fmt.Fprintf(w, "ok; data dir below its free-space reserve (%d MiB free, reserve %d MiB): appends are refused while this node leads\n",
+				sp.free>>20, sp.reserve>>20)
+			return
+		}
 		w.Write([]byte("ok\n"))
 	})
 	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
 		if addr, _ := n.raft.LeaderWithID(); addr == "" {
 			http.Error(w, "no leader known", http.StatusServiceUnavailable)
+			return
+		}
+		if n.space.isBelow() {
+			sp := n.space.report()
+			http.Error(w, fmt.Sprintf("not ready for appends: data dir below its free-space reserve (%d MiB free, reserve %d MiB)",
+				sp.free>>20, sp.reserve>>20), http.StatusServiceUnavailable)
+			return
+		}
+		if v := n.space.verdict.Load(); v != nil && n.raft.State() == raft.Leader {
+			http.Error(w, "not ready for appends: "+v.Error(), http.StatusServiceUnavailable)
 			return
 		}
 		w.Write([]byte("ready\n"))

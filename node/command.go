@@ -12,15 +12,23 @@ import (
 //	record:  0x01 | uvarint len(client) | client | [uvarint seq | uvarint i | uvarint n, when client != ""] | payload
 //	trim:    0x02 | uvarint below
 //	member:  0x03 | uvarint len(id) | id | uvarint len(addr) | addr   (addr "" removes the member)
+//	record with a session base:
+//	         0x04 | uvarint len(client) | client | uvarint seq | uvarint i | uvarint n | uvarint base | payload
 //
 // A record entry holds one appended record: its raft index is the record's
 // position. An Append of n records with a client id and sequence number
 // writes n entries, the i-th tagged (seq, i, n); the state machine keeps the
-// first copy of each (seq, i) and marks later copies void (fsm.go).
+// first copy of each (seq, i) and marks later copies void (fsm.go). An
+// Append that carries the client's session base (transport.AppendRequest.Base)
+// writes kind 0x04 entries, which let the state machine decide about a
+// session it does not hold (sessions.go); older clients' appends keep
+// kind 0x01. A node older than kind 0x04 would not read those entries as
+// records: upgrade every node before the clients.
 const (
-	kindRecord byte = 1
-	kindTrim   byte = 2
-	kindMember byte = 3
+	kindRecord     byte = 1
+	kindTrim       byte = 2
+	kindMember     byte = 3
+	kindRecordBase byte = 4
 )
 
 // errBadCommand reports an entry that does not decode. Entries are written
@@ -32,18 +40,27 @@ type recordCmd struct {
 	client  string
 	seq     uint64
 	i, n    uint64
+	base    uint64 // the client's session base; 0 when not given
 	payload []byte // aliases the entry's data
 }
 
-// appendRecordCmd appends the encoding of a record entry to dst.
-func appendRecordCmd(dst []byte, client string, seq, i, n uint64, payload []byte) []byte {
-	dst = append(dst, kindRecord)
+// appendRecordCmd appends the encoding of a record entry to dst: kind
+// 0x04 when the client gave its session base, 0x01 otherwise.
+func appendRecordCmd(dst []byte, client string, seq, i, n, base uint64, payload []byte) []byte {
+	kind := kindRecord
+	if client != "" && base != 0 {
+		kind = kindRecordBase
+	}
+	dst = append(dst, kind)
 	dst = binary.AppendUvarint(dst, uint64(len(client)))
 	dst = append(dst, client...)
 	if client != "" {
 		dst = binary.AppendUvarint(dst, seq)
 		dst = binary.AppendUvarint(dst, i)
 		dst = binary.AppendUvarint(dst, n)
+		if kind == kindRecordBase {
+			dst = binary.AppendUvarint(dst, base)
+		}
 	}
 	return append(dst, payload...)
 }
@@ -102,7 +119,7 @@ func (r *cmdReader) end() error {
 
 // decodeRecordCmd decodes a record entry's data (kind byte included).
 func decodeRecordCmd(data []byte) (recordCmd, error) {
-	if len(data) == 0 || data[0] != kindRecord {
+	if len(data) == 0 || data[0] != kindRecord && data[0] != kindRecordBase {
 		return recordCmd{}, errBadCommand
 	}
 	r := cmdReader{b: data[1:]}
@@ -110,9 +127,17 @@ func decodeRecordCmd(data []byte) (recordCmd, error) {
 	c.client = string(r.bytes())
 	if c.client != "" {
 		c.seq, c.i, c.n = r.uvarint(), r.uvarint(), r.uvarint()
+		if data[0] == kindRecordBase {
+			c.base = r.uvarint()
+		}
 		if r.err == nil && (c.seq == 0 || c.n == 0 || c.i >= c.n) {
 			r.err = fmt.Errorf("%w: record %d of %d, sequence %d", errBadCommand, c.i, c.n, c.seq)
 		}
+		if r.err == nil && data[0] == kindRecordBase && (c.base == 0 || c.base > c.seq) {
+			r.err = fmt.Errorf("%w: session base %d, sequence %d", errBadCommand, c.base, c.seq)
+		}
+	} else if r.err == nil && data[0] == kindRecordBase {
+		r.err = fmt.Errorf("%w: session base without a client id", errBadCommand)
 	}
 	if r.err != nil {
 		return recordCmd{}, r.err

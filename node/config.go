@@ -110,9 +110,11 @@ type Config struct {
 	// SegmentSize is the commit-log segment size; default 64 MiB.
 	SegmentSize int64
 	// MinFreeBytes is the free space the data dir's file system must keep:
-	// below it the node refuses appends (Unavailable) and keeps serving
-	// reads, until space is freed. Default two segments (128 MiB);
-	// negative disables the check.
+	// below it the node is below its reserve, and while it leads, or while
+	// a quorum of voters is below theirs, the leader refuses appends
+	// (NoSpace) and keeps serving reads and trims, until space is freed
+	// (space.go). Default two segments (128 MiB); negative disables the
+	// check.
 	MinFreeBytes int64
 
 	// TLS, when set, secures raft traffic (mutual TLS) and the client
@@ -125,11 +127,21 @@ type Config struct {
 	// MaxConns bounds client connections; default 1024.
 	MaxConns int
 
-	// HeartbeatTimeout, ElectionTimeout and LeaderLeaseTimeout tune raft;
-	// defaults 400 ms, 400 ms and 250 ms: a follower notices a dead leader
-	// within 400 to 800 ms.
-	HeartbeatTimeout   time.Duration
-	ElectionTimeout    time.Duration
+	// HeartbeatTimeout is how long a follower waits without hearing from
+	// the leader before it starts an election (randomised between it and
+	// twice it); the leader sends heartbeats ten times as often. Default
+	// DefaultHeartbeatTimeout. It is the main term of the failover time:
+	// lower it for faster failover, at the risk of elections nobody asked
+	// for when a busy host delays a heartbeat (see DefaultHeartbeatTimeout).
+	HeartbeatTimeout time.Duration
+	// ElectionTimeout is how long a candidate waits for votes before it
+	// tries again (randomised likewise); at least HeartbeatTimeout. Default
+	// DefaultElectionTimeout.
+	ElectionTimeout time.Duration
+	// LeaderLeaseTimeout is how long a leader keeps leading without
+	// hearing from a quorum; then it steps down. At most HeartbeatTimeout.
+	// Default DefaultLeaderLeaseTimeout, or HeartbeatTimeout if that is
+	// lower.
 	LeaderLeaseTimeout time.Duration
 	// BatchLinger bounds how long an append waits to be proposed to raft
 	// with others. The leader keeps one batch of appends in raft at a
@@ -215,14 +227,8 @@ func (c *Config) withDefaults() (Config, error) {
 	if o.MaxConns <= 0 {
 		o.MaxConns = 1024
 	}
-	if o.HeartbeatTimeout <= 0 {
-		o.HeartbeatTimeout = 400 * time.Millisecond
-	}
-	if o.ElectionTimeout <= 0 {
-		o.ElectionTimeout = 400 * time.Millisecond
-	}
-	if o.LeaderLeaseTimeout <= 0 {
-		o.LeaderLeaseTimeout = min(250*time.Millisecond, o.HeartbeatTimeout)
+	if err := o.raftTimeouts(); err != nil {
+		return o, err
 	}
 	if o.BatchLinger == 0 {
 		o.BatchLinger = 2 * time.Millisecond

@@ -28,7 +28,16 @@
 // Exactly once: an Append tagged with a client id and sequence number is
 // stored once however often it is retried, across leader changes, as long
 // as the client keeps fewer than 1,024 appends in flight (the session
-// window); a retry is answered with the original indexes.
+// window); a retry is answered with the original indexes. The state machine
+// keeps 8,192 sessions and remembers 65,536 evicted ones; an Append it
+// cannot check (its session evicted, or unknown to it while the client
+// says it may have stored appends) is refused with SessionExpired, never
+// stored twice, except in the case sessions.go leaves open.
+//
+// Space: while the leader or a quorum of voters is below its free-space
+// reserve (Config.MinFreeBytes) the leader refuses appends with NoSpace
+// naming the nodes, serves reads and trims, and takes appends again once
+// space is freed (space.go).
 //
 // Reads: a Read or Tail is linearizable unless it asks for a stale read:
 // the leader confirms its leadership with a quorum (read index) and waits

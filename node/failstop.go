@@ -2,6 +2,7 @@ package node
 
 import (
 	"errors"
+	"syscall"
 
 	"github.com/hashicorp/raft"
 
@@ -15,18 +16,26 @@ import (
 // written since the last good sync can be trusted, and a node that went on
 // would acknowledge entries it may not hold. Restarting reopens the store
 // and recovers what was durable. Running out of space is not a failure:
-// writes fail with commitlog.ErrNoSpace and succeed again once space is
-// freed.
+// writes fail with commitlog.ErrNoSpace (or ENOSPC creating a segment)
+// and succeed again once space is freed; raft's leader resends what a
+// follower failed to store, backing off up to about ten seconds.
 type failStopStore struct {
 	*raftstore.Store
 	n *Node
 }
 
 func (s failStopStore) check(err error) error {
-	if err != nil && !errors.Is(err, commitlog.ErrNoSpace) {
-		if ferr := s.n.db.Err(); ferr != nil {
-			s.n.failStop(ferr)
-		}
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, commitlog.ErrNoSpace) || errors.Is(err, syscall.ENOSPC) {
+		s.n.metrics.storeErrors.WithLabelValues("no_space").Inc()
+		s.n.space.invalidate()
+		return err
+	}
+	s.n.metrics.storeErrors.WithLabelValues("io").Inc()
+	if ferr := s.n.db.Err(); ferr != nil {
+		s.n.failStop(ferr)
 	}
 	return err
 }

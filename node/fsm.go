@@ -2,7 +2,6 @@ package node
 
 import (
 	"container/list"
-	"errors"
 	"fmt"
 	"io"
 	"slices"
@@ -30,7 +29,8 @@ import (
 //     an Append already stored; reads skip them, so a retried Append is
 //     stored exactly once.
 //   - client sessions: per client id, the indexes of its recent Appends,
-//     to answer a retry with the original indexes.
+//     to answer a retry with the original indexes, and the evicted
+//     sessions, to refuse what cannot be checked (sessions.go).
 //   - members: node id to client address, so followers can name the
 //     leader's client address.
 const (
@@ -95,6 +95,11 @@ type fsm struct {
 	sessions map[string]*session
 	lru      list.List
 	members  map[string]string
+	// evicted sessions (sessions.go): by client id hash, and in the order
+	// of eviction, with stale entries for sessions opened again.
+	evicted    map[uint64]evictedSession
+	evictOrder []evictedRef
+	evictNext  uint64 // the pos of the next eviction
 
 	applied atomic.Uint64 // highest index applied
 	wakeMu  sync.Mutex
@@ -112,6 +117,7 @@ func (f *fsm) reset() {
 	f.marks, f.voids = nil, nil
 	f.sessions = map[string]*session{}
 	f.lru.Init()
+	f.evicted, f.evictOrder, f.evictNext = map[uint64]evictedSession{}, nil, 0
 	f.members = map[string]string{}
 }
 
@@ -149,7 +155,7 @@ func (f *fsm) applyCommand(l *raft.Log, trimmed *uint64) any {
 		return fmt.Errorf("%w: empty entry at index %d", errBadCommand, l.Index)
 	}
 	switch l.Data[0] {
-	case kindRecord:
+	case kindRecord, kindRecordBase:
 		c, err := decodeRecordCmd(l.Data)
 		if err != nil {
 			f.voids = append(f.voids, l.Index)
@@ -186,23 +192,25 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 		return appendResult{indexes: []uint64{index}}
 	}
 	s := f.sessions[c.client]
-	if s == nil {
-		s = &session{id: c.client, reqs: map[uint64]*request{}}
-		s.elem = f.lru.PushFront(s)
-		f.sessions[c.client] = s
-		for len(f.sessions) > maxSessions {
-			old := f.lru.Back().Value.(*session)
-			f.lru.Remove(old.elem)
-			delete(f.sessions, old.id)
-		}
-	} else {
+	switch {
+	case s != nil:
 		f.lru.MoveToFront(s.elem)
+	case c.i != 0:
+		f.voids = append(f.voids, index) // an earlier part is missing
+		return appendResult{void: true}
+	default:
+		var err error
+		if s, err = f.openSession(c); err != nil {
+			f.voids = append(f.voids, index)
+			return appendResult{void: true, err: err}
+		}
 	}
 	r := s.reqs[c.seq]
 	if r == nil {
 		if c.seq < s.floor {
 			f.voids = append(f.voids, index)
-			return appendResult{void: true, err: errSessionExpired}
+			return appendResult{void: true, err: sessionErr(c.client, c.seq,
+				fmt.Sprintf("it is older than the session's window (the %d most recent appends of a client)", sessionWindow))}
 		}
 		if c.i != 0 {
 			f.voids = append(f.voids, index) // an earlier part is missing
@@ -246,10 +254,6 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 	}
 	return res
 }
-
-// errSessionExpired answers an Append whose sequence number fell out of its
-// session's window: whether it was stored is no longer known.
-var errSessionExpired = errors.New("sequence number is older than the session window; the append's outcome is unknown")
 
 // lookup returns the indexes of a complete Append, if the session
 // remembers one.

@@ -54,7 +54,7 @@ func (h *fsmHarness) apply(typ raft.LogType, data []byte) any {
 
 func (h *fsmHarness) record(client string, seq, i, n uint64, payload string) appendResult {
 	h.t.Helper()
-	return h.apply(raft.LogCommand, appendRecordCmd(nil, client, seq, i, n, []byte(payload))).(appendResult)
+	return h.apply(raft.LogCommand, appendRecordCmd(nil, client, seq, i, n, 0, []byte(payload))).(appendResult)
 }
 
 func TestFSMDeduplicates(t *testing.T) {
@@ -176,21 +176,22 @@ func TestCommandDecodeRejectsGarbage(t *testing.T) {
 	for _, data := range [][]byte{
 		{kindRecord},
 		{kindRecord, 5, 'a'},
-		appendRecordCmd(nil, "c", 0, 0, 1, nil)[:5],
-		appendRecordCmd(nil, "c", 1, 2, 2, []byte("x")), // part 2 of 2
+		appendRecordCmd(nil, "c", 0, 0, 1, 0, nil)[:5],
+		appendRecordCmd(nil, "c", 1, 2, 2, 0, []byte("x")), // part 2 of 2
 	} {
 		if _, err := decodeRecordCmd(data); err == nil {
 			t.Errorf("%x decoded", data)
 		}
 	}
-	c, err := decodeRecordCmd(appendRecordCmd(nil, "cli", 7, 1, 3, []byte("payload")))
+	c, err := decodeRecordCmd(appendRecordCmd(nil, "cli", 7, 1, 3, 0, []byte("payload")))
 	if err != nil || c.client != "cli" || c.seq != 7 || c.i != 1 || c.n != 3 || string(c.payload) != "payload" {
 		t.Fatalf("%+v %v", c, err)
 	}
 }
 
 func FuzzDecodeState(f *testing.F) {
-	f.Add([]byte{stateVersion, 1, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{1, 1, 0, 0, 0, 0, 0, 0, 0})
+	f.Add([]byte{2, 1, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		g := newFSM(nil, discardLogger())
 		g.mu.Lock()

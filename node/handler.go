@@ -108,7 +108,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	if _, err := n.leading(ctx); err != nil {
 		return nil, err
 	}
-	if err := n.space.check(n.cfg.ID); err != nil {
+	if err := n.checkSpace(); err != nil {
 		return nil, err
 	}
 	if r.ClientID != "" {
@@ -119,7 +119,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	cmds := make([][]byte, len(r.Records))
 	total := uint64(len(r.Records))
 	for i, rec := range r.Records {
-		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+32), r.ClientID, r.Seq, uint64(i), total, rec)
+		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+32), r.ClientID, r.Seq, uint64(i), total, r.Base, rec)
 	}
 	pr := n.prop.propose(cmds)
 	futures := pr.futures
@@ -129,6 +129,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	n.prop.finish(pr)
 	var (
 		firstErr error
+		reached  bool // some entry reached raft's log: the append may be stored in part
 		resp     = &transport.AppendResponse{}
 		results  = make([]appendResult, len(futures))
 	)
@@ -137,8 +138,10 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 			if firstErr == nil {
 				firstErr = err
 			}
+			reached = reached || !errors.Is(err, raft.ErrNotLeader)
 			continue
 		}
+		reached = true
 		res, ok := f.Response().(appendResult)
 		if !ok {
 			return nil, fmt.Errorf("node: unexpected apply result %T", f.Response())
@@ -146,12 +149,17 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 		results[i] = res
 		resp.Duplicate = resp.Duplicate || res.dup
 		if res.err != nil && errors.Is(res.err, errSessionExpired) {
-			return nil, &transport.Error{Code: transport.CodeBadRequest, Message: res.err.Error()}
+			n.metrics.refusedAppends.WithLabelValues(refusedSession).Inc()
+			return nil, &transport.Error{Code: transport.CodeSessionExpired, Message: res.err.Error()}
 		}
 	}
 	if firstErr != nil {
 		// Some entries may be stored: with a client id, a retry stores the
-		// rest exactly once.
+		// rest exactly once. NotLeader tells a client that nothing was
+		// stored, so it is only given when no entry reached the log.
+		if reached && errors.Is(firstErr, raft.ErrNotLeader) {
+			firstErr = raft.ErrLeadershipLost
+		}
 		return nil, n.raftError(firstErr)
 	}
 	if r.ClientID == "" {
@@ -504,6 +512,11 @@ func (n *Node) Status() transport.StatusResponse {
 			Written:  uint64(max(st.Written, 0)),
 			Flushed:  uint64(max(st.Durable, 0)),
 		},
+	}
+	sp := n.space.report()
+	s.Store.FreeBytes, s.Store.ReserveBytes, s.Store.BelowReserve = sp.free, sp.reserve, sp.below
+	if v := n.space.verdict.Load(); v != nil && s.Role == raft.Leader.String() {
+		s.Refusing = v.Error()
 	}
 	if leader != "" {
 		s.LeaderAddr = n.fsm.member(string(leader))

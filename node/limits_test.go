@@ -91,7 +91,7 @@ func TestDiskFull(t *testing.T) {
 		post(t, n, "/fault/nospace?on=1")
 	}
 	_, err := call[transport.AppendResponse](t, conn, transport.OpAppend, &transport.AppendRequest{Records: [][]byte{[]byte("x")}})
-	if transport.ErrorCode(err) != transport.CodeUnavailable || !strings.Contains(err.Error(), "appends are refused until space is freed") {
+	if transport.ErrorCode(err) != transport.CodeNoSpace || !strings.Contains(err.Error(), "appends are refused until space is freed") {
 		t.Fatalf("append on a full disk: %v", err)
 	}
 	got := readAll(t, leader, false)

@@ -36,6 +36,10 @@ import (
 //	raftlog_store_segments                     segment files now
 //	raftlog_store_bytes                        bytes of the retained commit log
 //	raftlog_store_pinned_bytes{group}          bytes of the log a raftstore group keeps
+//	raftlog_store_free_bytes                   free bytes of the data dir's file system (space.go)
+//	raftlog_store_below_reserve                1 while the free bytes are below the reserve (--min-free)
+//	raftlog_store_errors_total{kind}           failed log and stable-store writes: no_space or io
+//	raftlog_appends_refused_total{reason}      appends refused by the leader: no_space or session_expired
 //	raftlog_raft_term, raftlog_raft_last_index, raftlog_raft_commit_index,
 //	raftlog_raft_applied_index, raftlog_raft_first_index, raftlog_raft_leader (1 when leading)
 //
@@ -61,6 +65,9 @@ type nodeMetrics struct {
 	syncs      prometheus.Counter
 	segCreated prometheus.Counter
 	segRemoved prometheus.Counter
+
+	storeErrors    *prometheus.CounterVec // by kind: no_space, io
+	refusedAppends *prometheus.CounterVec // by reason: refusedSpace, refusedSession
 }
 
 var (
@@ -111,7 +118,13 @@ func newNodeMetrics() *nodeMetrics {
 		Buckets: prometheus.ExponentialBuckets(50e-6, 2, 18),
 	}, []string{"op"})
 	m.conns = prometheus.NewGauge(prometheus.GaugeOpts{Name: "raftlog_client_connections", Help: "Open client connections."})
-	m.reg.MustRegister(m.requests, m.latency, m.conns,
+	m.storeErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftlog_store_errors_total", Help: "Failed writes of the raft log and stable store, by kind (no_space, io).",
+	}, []string{"kind"})
+	m.refusedAppends = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftlog_appends_refused_total", Help: "Appends the leader refused, by reason (no_space, session_expired).",
+	}, []string{"reason"})
+	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
 	m.refused = f("raftlog_client_connections_refused_total", "Client connections refused because MaxConns were open.")
@@ -167,6 +180,13 @@ func (m *nodeMetrics) registerNode(n *Node) error {
 	}
 	g("raftlog_store_segments", "Commit-log segment files.", func() float64 { return float64(n.db.Stats().Segments) })
 	g("raftlog_store_bytes", "Bytes of the retained commit log.", func() float64 { return float64(n.db.Stats().Bytes) })
+	g("raftlog_store_free_bytes", "Free bytes of the data dir's file system.", func() float64 { return float64(n.space.report().free) })
+	g("raftlog_store_below_reserve", "1 while the data dir's free bytes are below the reserve.", func() float64 {
+		if n.space.isBelow() {
+			return 1
+		}
+		return 0
+	})
 	g("raftlog_raft_term", "Current raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
 	g("raftlog_raft_last_index", "Last index in the raft log.", func() float64 { return float64(n.raft.LastIndex()) })
 	g("raftlog_raft_commit_index", "Highest index known committed.", func() float64 { return float64(n.raft.CommitIndex()) })

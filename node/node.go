@@ -211,6 +211,8 @@ func (n *Node) start(ctx context.Context) (err error) {
 	go n.watchLeadership()
 	go n.snapshotLoop()
 	go n.registerLoop()
+	n.wg.Add(1)
+	go n.spaceLoop()
 	switch {
 	case n.deciding.Load():
 		n.wg.Add(1)

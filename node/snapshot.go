@@ -116,7 +116,7 @@ func readStreamHeader(r io.Reader) (streamHeader, error) {
 // stateLedger reads the floor and byte ledger at the start of an encoded
 // state.
 func stateLedger(state []byte) (floor, recordBytes uint64, err error) {
-	if len(state) == 0 || state[0] != stateVersion {
+	if len(state) == 0 || !knownStateVersion(state[0]) {
 		return 0, 0, errors.New("node: unknown snapshot state version")
 	}
 	r := cmdReader{b: state[1:]}

@@ -6,13 +6,22 @@ import (
 	"sort"
 )
 
-// stateVersion is the version of the encoded state machine state.
-const stateVersion = 1
+// stateVersion is the version of the encoded state machine state that
+// this node writes. Version 1 lacks the evicted sessions at the end; this
+// node reads it as a state without any.
+const stateVersion = 2
+
+// knownStateVersion reports whether v is a state version this node reads.
+func knownStateVersion(v byte) bool { return v == 1 || v == 2 }
 
 // encodeLocked encodes the state: a version byte, then uvarints and
-// length-prefixed strings in a fixed order. Members are sorted by id and
-// sessions listed from least to most recently used, so equal states
-// encode equally. Called with f.mu held.
+// length-prefixed strings in a fixed order. Members are sorted by id,
+// sessions listed from least to most recently used, and evicted sessions
+// from the oldest eviction on, so equal states encode equally. Called
+// with f.mu held.
+//
+//	version 2: floor | floorCum | total | cmds | marks | voids | members | sessions | evicted
+//	evicted:   uvarint count | count x (8-byte big-endian client id hash | uvarint max seq)
 func (f *fsm) encodeLocked() []byte {
 	b := []byte{stateVersion}
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
@@ -56,15 +65,22 @@ func (f *fsm) encodeLocked() []byte {
 			}
 		}
 	}
+	live := f.liveEvicted()
+	u(uint64(len(live)))
+	for _, ref := range live {
+		b = binary.BigEndian.AppendUint64(b, ref.hash)
+		u(f.evicted[ref.hash].maxSeq)
+	}
 	return b
 }
 
 // decodeLocked replaces the state by the one encoded in b. Called with
 // f.mu held.
 func (f *fsm) decodeLocked(b []byte) error {
-	if len(b) == 0 || b[0] != stateVersion {
-		return fmt.Errorf("node: snapshot state version %v, want %d", b[:min(1, len(b))], stateVersion)
+	if len(b) == 0 || !knownStateVersion(b[0]) {
+		return fmt.Errorf("node: snapshot state version %v, want 1 to %d", b[:min(1, len(b))], stateVersion)
 	}
+	version := b[0]
 	r := cmdReader{b: b[1:]}
 	// count reads a length and checks it against the bytes left, so a
 	// corrupt count cannot make us allocate much.
@@ -105,6 +121,22 @@ func (f *fsm) decodeLocked(b []byte) error {
 		}
 		ss.elem = f.lru.PushFront(ss)
 		f.sessions[ss.id] = ss
+	}
+	if version >= 2 {
+		for n := count(); n > 0 && r.err == nil; n-- {
+			if len(r.b) < 8 {
+				r.err = errBadCommand
+				break
+			}
+			hash := binary.BigEndian.Uint64(r.b)
+			r.b = r.b[8:]
+			maxSeq := r.uvarint()
+			if _, dup := f.evicted[hash]; dup {
+				r.err = errBadCommand
+				break
+			}
+			f.rememberEvicted(hash, maxSeq)
+		}
 	}
 	if err := r.end(); err != nil {
 		f.reset()

@@ -119,6 +119,13 @@ type AppendRequest struct {
 	// Seq numbers the request within the session, from 1; 0 when ClientID
 	// is empty.
 	Seq uint64 `msgpack:"seq,omitempty"`
+	// Base is the client's promise about its session: it will never send
+	// a sequence number below Base again, and Base 1 says that none of its
+	// appends that finished (other than this one) may have been stored.
+	// It lets a server that no longer holds, or never held, the session
+	// tell a new append from a retry: without it (0, an older client) the
+	// server can only guess. At most Seq; 0 when ClientID is empty.
+	Base uint64 `msgpack:"base,omitempty"`
 	// Records are the records to append, in order; at least one.
 	Records [][]byte `msgpack:"records"`
 }
@@ -137,6 +144,8 @@ func (r *AppendRequest) Validate(l Limits) error {
 		return errorf(CodeBadRequest, "sequence number without a client id")
 	case r.ClientID != "" && r.Seq == 0:
 		return errorf(CodeBadRequest, "client id without a sequence number")
+	case r.Base > r.Seq:
+		return errorf(CodeBadRequest, "session base %d is above the sequence number %d", r.Base, r.Seq)
 	}
 	for i, rec := range r.Records {
 		if len(rec) > l.MaxRecordSize {
@@ -267,6 +276,10 @@ type StatusResponse struct {
 	// Members lists the cluster's servers as the node's raft configuration
 	// has them.
 	Members []Member `msgpack:"members,omitempty" json:"members,omitempty"`
+	// Refusing, on the leader, says why it refuses appends now (for
+	// example "NoSpace: n2, n3 below their free-space reserve ..."); empty
+	// when it accepts them, and on other nodes.
+	Refusing string `msgpack:"refusing,omitempty" json:"refusing,omitempty"`
 }
 
 // Member is a server of the cluster.
@@ -291,6 +304,15 @@ type StoreStatus struct {
 	Written uint64 `msgpack:"written" json:"written"`
 	// Flushed is the commit-log offset durable up to.
 	Flushed uint64 `msgpack:"flushed" json:"flushed"`
+	// FreeBytes is the free space of the data dir's file system, as last
+	// read (at most a quarter second old); 0 when unknown.
+	FreeBytes uint64 `msgpack:"free_bytes,omitempty" json:"free_bytes"`
+	// ReserveBytes is the free space the node keeps in reserve (its
+	// --min-free); 0 when it keeps none.
+	ReserveBytes uint64 `msgpack:"reserve_bytes,omitempty" json:"reserve_bytes"`
+	// BelowReserve is true while FreeBytes is below ReserveBytes: the node
+	// cannot be counted on to store appends.
+	BelowReserve bool `msgpack:"below_reserve,omitempty" json:"below_reserve"`
 }
 
 // JoinRequest adds a node to the cluster as a voter. Send it to the leader.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -264,5 +265,54 @@ func TestServeLimitFlags(t *testing.T) {
 	}
 	if _, err := parseServe(e, []string{"--id", "n1", "--data-dir", "d", "--max-in-flight", "-1"}); err == nil {
 		t.Fatal("negative --max-in-flight accepted")
+	}
+}
+
+func TestServeRaftTimeoutFlags(t *testing.T) {
+	base := []string{"--id", "n1", "--data-dir", "d"}
+	o, err := parseServe(&env{lookup: func(string) (string, bool) { return "", false }}, base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.cfg; c.HeartbeatTimeout != node.DefaultHeartbeatTimeout || c.ElectionTimeout != node.DefaultElectionTimeout ||
+		c.LeaderLeaseTimeout != node.DefaultLeaderLeaseTimeout {
+		t.Fatalf("defaults: heartbeat %v, election %v, lease %v", c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout)
+	}
+	e, _, _ := testEnv(map[string]string{"RAFTLOG_LEADER_LEASE_TIMEOUT": "150ms"})
+	o, err = parseServe(e, append(base, "--heartbeat-timeout", "300ms", "--election-timeout", "600ms"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c := o.cfg; c.HeartbeatTimeout != 300*time.Millisecond || c.ElectionTimeout != 600*time.Millisecond || c.LeaderLeaseTimeout != 150*time.Millisecond {
+		t.Fatalf("heartbeat %v, election %v, lease %v", c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout)
+	}
+	// A lower heartbeat timeout alone brings the defaults that must follow
+	// it along; a higher one raises the election timeout.
+	o, err = parseServe(e, append(base, "--heartbeat-timeout", "100ms"))
+	if err == nil {
+		t.Fatalf("lease 150ms over heartbeat 100ms accepted: %+v", o.cfg)
+	}
+	o, err = parseServe(&env{}, append(base, "--heartbeat-timeout", "200ms"))
+	if err != nil || o.cfg.LeaderLeaseTimeout != 200*time.Millisecond || o.cfg.ElectionTimeout != node.DefaultElectionTimeout {
+		t.Fatalf("heartbeat 200ms alone: %v, lease %v, election %v", err, o.cfg.LeaderLeaseTimeout, o.cfg.ElectionTimeout)
+	}
+	o, err = parseServe(&env{}, append(base, "--heartbeat-timeout", "3s"))
+	if err != nil || o.cfg.ElectionTimeout != 3*time.Second || o.cfg.LeaderLeaseTimeout != node.DefaultLeaderLeaseTimeout {
+		t.Fatalf("heartbeat 3s alone: %v, election %v, lease %v", err, o.cfg.ElectionTimeout, o.cfg.LeaderLeaseTimeout)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--leader-lease-timeout", "2s"}, "leader lease timeout 2s is longer than the heartbeat timeout 1s"},
+		{[]string{"--heartbeat-timeout", "2s", "--election-timeout", "1s"}, "election timeout 1s is shorter than the heartbeat timeout 2s"},
+		{[]string{"--heartbeat-timeout", "5ms"}, "heartbeat timeout 5ms is below 10ms"},
+		{[]string{"--election-timeout", "-1s"}, "negative timeout"},
+	} {
+		_, err := parseServe(&env{}, append(base, tc.args...))
+		var ue *usageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%v: %v, want a usage error saying %q", tc.args, err, tc.want)
+		}
 	}
 }

@@ -79,6 +79,13 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.DurationVar(&c.Limits.IdleTimeout, "idle-timeout", 0, "close a client connection idle for this `duration`; 0: the default, 5m")
 	fs.DurationVar(&c.Limits.FrameTimeout, "frame-timeout", 0, "close a client connection whose frame takes longer than this `duration` to arrive; 0: the default, 30s")
 	fs.DurationVar(&c.Limits.WriteTimeout, "write-timeout", 0, "close a client connection that does not read a reply for this `duration`; 0: the default, 30s")
+	fs.DurationVar(&c.HeartbeatTimeout, "heartbeat-timeout", node.DefaultHeartbeatTimeout,
+		"how long a follower waits without hearing from the leader before it calls an election (a `duration`);\n"+
+			"lower fails over faster, but on a busy host elects new leaders nobody asked for")
+	fs.DurationVar(&c.ElectionTimeout, "election-timeout", node.DefaultElectionTimeout,
+		"how long a candidate waits for votes before it tries again (a `duration`); at least --heartbeat-timeout")
+	fs.DurationVar(&c.LeaderLeaseTimeout, "leader-lease-timeout", node.DefaultLeaderLeaseTimeout,
+		"how long a leader keeps leading without hearing from a quorum (a `duration`); at most --heartbeat-timeout")
 	fs.DurationVar(&c.BatchLinger, "batch-linger", 0, "the longest an append waits, while a batch of appends is in raft, to be proposed with the next batch (a `duration`);\n0: the default, 2ms; negative: propose every append at once")
 	var tlsConf node.TLSConfig
 	fs.StringVar(&tlsConf.CertFile, "tls-cert", "", "the node's certificate PEM `file`: turns on TLS for clients and mutual TLS between nodes")
@@ -128,6 +135,16 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	}
 	if c.FaultInjection && c.AdminAddr == "" {
 		return nil, usagef("--fault-injection needs --admin-addr")
+	}
+	if !fs.given("leader-lease-timeout") {
+		c.LeaderLeaseTimeout = min(c.LeaderLeaseTimeout, c.HeartbeatTimeout)
+	}
+	if !fs.given("election-timeout") {
+		c.ElectionTimeout = max(c.ElectionTimeout, c.HeartbeatTimeout)
+	}
+	if err := c.CheckRaftTimeouts(); err != nil {
+		return nil, usagef("--heartbeat-timeout %v, --election-timeout %v, --leader-lease-timeout %v: %v",
+			c.HeartbeatTimeout, c.ElectionTimeout, c.LeaderLeaseTimeout, err)
 	}
 	c.Limits.MaxRecordSize = int(min(maxRecord, 1<<40))
 	c.Limits.MaxFrameSize = int(min(maxFrame, 1<<40))
