@@ -121,6 +121,13 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	if err := vfs.Default.MkdirAll(c.DataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
+	// MkdirAll syncs only the parents of what it creates; a data dir made
+	// by hand just before the first start is made durable here.
+	if abs, err := filepath.Abs(c.DataDir); err == nil {
+		if err := vfs.Default.SyncDir(filepath.Dir(abs)); err != nil {
+			return nil, fmt.Errorf("node: sync the data dir's parent: %w", err)
+		}
+	}
 	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{})}
 	n.marks = &markers{dir: c.DataDir}
 	if err := n.checkNotRemoved(); err != nil {
