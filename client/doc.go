@@ -39,6 +39,8 @@
 //     handshake that failed (a certificate not trusted or refused), and
 //     Busy for the whole connection (the member has as many client
 //     connections open as it allows and refused ours): the next member.
+//     Once every known member has failed the TLS handshake, the client
+//     gives up at once: a certificate problem does not mend by waiting.
 //   - Busy for one request (too many in flight on the connection) and
 //     NoSpace (appends refused while too few members have free space): the
 //     same member, after a backoff, until the retries run out.

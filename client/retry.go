@@ -114,6 +114,9 @@ type retrier struct {
 	best       error     // the most informative attempt's error (see rankOf), naming its member
 	bestRank   rank      // the rank of best
 	lastIsBest bool      // last is best: the last attempt was the most informative
+	// tlsRefused holds the members whose TLS handshake failed: once it
+	// holds every known member, no retry can help.
+	tlsRefused map[string]bool
 }
 
 func (c *Client) newRetrier(op string, rt route, member string, repeatable bool) *retrier {
@@ -183,6 +186,17 @@ func (r *retrier) failed(ctx context.Context, addr string, err error) error {
 	r.note(addr, err, pastDeadline && errors.Is(err, context.DeadlineExceeded))
 	if pastDeadline {
 		return r.giveUp(nil)
+	}
+	if tlsFailure(err) {
+		if r.tlsRefused == nil {
+			r.tlsRefused = map[string]bool{}
+		}
+		r.tlsRefused[addr] = true
+		if r.rt == toMember || c.allKnownIn(r.tlsRefused) {
+			// Every member refused the handshake, or failed it: a
+			// certificate problem that waiting does not mend.
+			return r.giveUp(nil)
+		}
 	}
 	switch act {
 	case follow:

@@ -250,12 +250,9 @@ func TestTLSFailureReported(t *testing.T) {
 		}
 		fc := newTLSCluster(t, []*tls.Config{mutual("n0"), mutual("n1")})
 		opts := fastOptions()
-		// The refusal arrives as a TLS alert on the first read. An attempt
-		// gets at most what is left of the retry budget: with a short
-		// budget, on a loaded machine (-race), the last attempt's few
-		// milliseconds could end before the alert, and the trim's
-		// outcome would then be unknown.
-		opts.RetryTimeout = 3 * time.Second
+		// Once every member has refused the handshake, no retry can
+		// help: the client gives up then, not after RetryTimeout.
+		opts.RetryTimeout = 30 * time.Second
 		opts.Dial = tlsDial(good, []tls.Certificate{other.issue(t, "client")}, nil)
 		// TLS 1.3: the client's side of the handshake completes before the
 		// member checks its certificate, so Dial succeeds.
@@ -267,6 +264,9 @@ func TestTLSFailureReported(t *testing.T) {
 		var re *RetryError
 		if !errors.As(err, &re) || !tlsFailure(re.Err) || strings.Contains(err.Error(), "outcome unknown") || len(re.Tried) != 2 {
 			t.Fatalf("trim: %v, want a RetryError over both members naming the TLS refusal", err)
+		}
+		if re.Elapsed >= opts.RetryTimeout/2 {
+			t.Errorf("gave up after %v: every member had refused the handshake long before the retries' %v ran out", re.Elapsed, opts.RetryTimeout)
 		}
 		if n := fc.count(0, transport.OpTrim) + fc.count(1, transport.OpTrim); n != 0 {
 			t.Errorf("%d trims served over refused connections", n)

@@ -88,3 +88,15 @@ func (c *Client) learnLocked(addr string) {
 		c.addrs = append(c.addrs, addr)
 	}
 }
+
+// allKnownIn reports whether every known member address is in set.
+func (c *Client) allKnownIn(set map[string]bool) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, a := range c.addrs {
+		if !set[a] {
+			return false
+		}
+	}
+	return true
+}
