@@ -46,9 +46,25 @@
 //
 // A missing entry returns raft.ErrLogNotFound itself, unwrapped. FirstIndex
 // and LastIndex are 0 for an empty store. The first batch of an empty store
-// may start at any index; later batches must continue from the last index
-// (a gap is an error). DeleteRange removes a prefix, a suffix or everything.
-// A missing stable key reads as an empty value or 0.
+// may start at any index; a later batch continues from the last index, or
+// starts past it, and then the store first deletes every entry it holds (a
+// batch that overlaps the last index is an error). DeleteRange removes a
+// prefix, a suffix or everything. A missing stable key reads as an empty
+// value or 0.
+//
+// # Snapshot installs (hashicorp/raft#697)
+//
+// A Store reports IsMonotonic() false, so that raft v1.8.0 handles a
+// snapshot it installs as it does with raft-boltdb: it compacts the log up
+// to the snapshot (within its TrailingLogs) and keeps the entries after
+// it, and when the store holds nothing past the snapshot it goes on
+// storing after a gap, which the store accepts by dropping what lies
+// below. With a store that reports true, raft empties the whole store but
+// keeps its own last index, and a follower whose log ran past the snapshot
+// stores entries after a hole and panics "log not found".
+// Options.Monotonic restores the strict store (it refuses every gap and
+// reports true) for a service that installs snapshots itself through a
+// wrapper, as package node does.
 //
 // # What it does not do
 //

@@ -84,9 +84,10 @@ func (s *Store) FirstIndex() (uint64, error) { return s.first.Load(), nil }
 // LastIndex returns the last index stored, 0 when there is none.
 func (s *Store) LastIndex() (uint64, error) { return s.last.Load(), nil }
 
-// IsMonotonic reports that the store refuses gaps between batches, so raft
-// deletes every entry after restoring a snapshot.
-func (s *Store) IsMonotonic() bool { return true }
+// IsMonotonic reports whether the store refuses gaps between batches,
+// which raft v1.8.0 takes as leave to delete every entry after installing
+// a snapshot: false unless Options.Monotonic is set (see there for why).
+func (s *Store) IsMonotonic() bool { return s.db.opts.Monotonic }
 
 // GetLog reads the entry at index into out, which it overwrites with a
 // copy. A missing entry returns raft.ErrLogNotFound itself.
@@ -128,10 +129,14 @@ func (s *Store) GetLog(index uint64, out *raft.Log) error {
 // StoreLog stores one entry.
 func (s *Store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
-// StoreLogs stores a batch of entries. The first batch of an empty store
-// may start at any index; later ones must follow the last index. With
-// SyncFlush it returns once the batch is durable. A batch a crash cuts
-// short is never visible.
+// StoreLogs stores a batch of contiguous entries. The first batch of an
+// empty store may start at any index; later ones follow the last index.
+// A batch that starts past the next index (raft stores one after
+// installing a snapshot that covers everything the store holds) first
+// deletes every entry the store holds, durably, unless Options.Monotonic
+// is set, which refuses it; a batch that starts at or below the last index
+// is refused. With SyncFlush it returns once the batch is durable. A batch
+// a crash cuts short is never visible.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -142,18 +147,28 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if err := s.db.err(); err != nil {
 		return err
 	}
-	last := s.last.Load()
 	for i, l := range logs {
-		want := logs[0].Index + uint64(i)
-		if i == 0 && last != 0 {
-			want = last + 1
-		}
-		if l.Index != want {
-			return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, l.Index, want-1)
+		if l.Index != logs[0].Index+uint64(i) {
+			return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, l.Index, logs[0].Index+uint64(i)-1)
 		}
 	}
 	if logs[0].Index == 0 {
 		return fmt.Errorf("raftstore: group %d: raft index 0 is not valid", s.group)
+	}
+	last := s.last.Load()
+	switch {
+	case last == 0 || logs[0].Index == last+1:
+	case logs[0].Index > last+1 && !s.db.opts.Monotonic:
+		// A gap: what the store holds lies below a snapshot raft
+		// installed. Drop it, so that no stale entry stays below the gap
+		// for a read to find. The segments it frees go at the next
+		// DeleteRange.
+		if err := s.deleteRange(s.first.Load(), last); err != nil {
+			return err
+		}
+		last = 0
+	default:
+		return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, logs[0].Index, last)
 	}
 	if err := s.ensureIndexFiles(logs[0].Index, logs[len(logs)-1].Index); err != nil {
 		return err
