@@ -216,6 +216,18 @@ func (s *stableFile) get(group uint64, key []byte) ([]byte, bool) {
 	return append([]byte(nil), v...), true
 }
 
+// keys returns the keys group holds, durably, sorted.
+func (s *stableFile) keys(group uint64) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.saved[group]))
+	for k := range s.saved[group] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
 // hasGroup reports whether group was ever created, durably.
 func (s *stableFile) hasGroup(group uint64) bool {
 	s.mu.Lock()
