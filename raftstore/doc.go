@@ -23,6 +23,12 @@
 // safety argument does not allow for. In both modes Set, SetUint64 and
 // DeleteRange are durable when they return: votes are never asynchronous.
 //
+// A failed write or sync, of the commit log or of the stable state, stops
+// the DB (fail-stop): DB.Err and Store.Err report it, every later write of
+// every group fails with it, and Get returns only what was durable before.
+// Close and reopen the DB to recover what was durable. After Close, every
+// method with an error result returns ErrClosed (see DB.Close).
+//
 // A StoreLogs batch is all or nothing across a crash: recovery removes a
 // batch whose last entry did not reach the disk. A staged commit index
 // (StageCommitIndex) is stored in the last entry of the next batch, so it
