@@ -1,8 +1,9 @@
 // Package raftstore stores hashicorp/raft's log and stable state in a
-// raftlog commit log. A *Store implements raft.LogStore, raft.StableStore,
-// raft.MonotonicLogStore and raft.CommitTrackingLogStore; Open gives a
-// store of its own, and a DB (OpenDB) shares one commit log, and so one
-// group commit, between many raft groups.
+// raftlog commit log. A *Store implements raft.LogStore, raft.StableStore
+// and raft.CommitTrackingLogStore, and raft.MonotonicLogStore reporting
+// false unless Options.Monotonic is set (see "Snapshot installs"); Open
+// gives a store of its own, and a DB (OpenDB) shares one commit log, and
+// so one group commit, between many raft groups.
 //
 // # Layout
 //
@@ -53,8 +54,9 @@
 // A missing entry returns raft.ErrLogNotFound itself, unwrapped. FirstIndex
 // and LastIndex are 0 for an empty store. The first batch of an empty store
 // may start at any index; a later batch continues from the last index, or
-// starts past it, and then the store first deletes every entry it holds (a
-// batch that overlaps the last index is an error). DeleteRange removes a
+// starts past it, and then the store first deletes every entry it holds
+// (unless Options.Monotonic; a batch that overlaps the last index is an
+// error). DeleteRange removes a
 // prefix, a suffix or everything. A missing stable key reads as an empty
 // value or 0.
 //
@@ -75,7 +77,11 @@
 // # What it does not do
 //
 // Segments of the commit log are removed only when no group needs them, so
-// a group that never compacts pins the log for every group. A DB holds at
+// a group that never compacts pins the log for every group. It does not
+// change how raft treats a follower whose log runs past a snapshot with
+// entries the leader's log does not have (a deposed leader's uncommitted
+// ones), or further than the follower's TrailingLogs: as with raft-boltdb,
+// the leader sends it the snapshot again until one reaches past its log. A DB holds at
 // most MaxGroups (1,308) groups: every group's indexes live in one
 // checkpoint.
 package raftstore
