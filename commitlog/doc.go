@@ -74,6 +74,9 @@
 // from, and a removed segment is unmapped only when its last holder
 // releases it, so reads running alongside appends, prefix deletions and
 // truncations never touch an unmapped page. Values returned are copies.
+// After Close every method with an error result returns ErrClosed, reads
+// and iterators included, even those racing with Close (Err excepted, which
+// reports only a failure); see Log.Close for the others.
 //
 // # What it does not do
 //

@@ -18,7 +18,11 @@ var waiterPool = sync.Pool{New: func() any { return &waiter{done: make(chan erro
 // WaitDurable blocks until every byte below end is durable, the log fails,
 // or Options.SyncFlushTimeout passes (ErrSyncTimeout). It asks the flusher
 // for a sync in either flush mode; concurrent callers share one sync.
+// After Close it returns ErrClosed.
 func (l *Log) WaitDurable(end int64) error {
+	if err := l.closedErr(); err != nil {
+		return err
+	}
 	if l.flushed.Load() >= end {
 		return nil
 	}
@@ -235,6 +239,9 @@ func (l *Log) housekeeping() {
 // Options.CheckpointMeta. The checkpoint records the durable position, so
 // call Sync first to make it cover everything written.
 func (l *Log) Checkpoint() error {
+	if err := l.closedErr(); err != nil {
+		return err
+	}
 	if err := l.Err(); err != nil {
 		return err
 	}

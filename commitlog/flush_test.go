@@ -772,8 +772,8 @@ func TestFlushWaitDurableAndClose(t *testing.T) {
 			if err := l.WaitDurable(l.End() + 1); !errors.Is(err, ErrClosed) {
 				t.Fatalf("WaitDurable past the end after close: %v, want ErrClosed", err)
 			}
-			if err := l.Sync(); err != nil {
-				t.Fatalf("sync after close with everything durable: %v", err)
+			if err := l.Sync(); !errors.Is(err, ErrClosed) {
+				t.Fatalf("sync after close with everything durable: %v, want ErrClosed", err)
 			}
 			flushTestVerifyExact(t, flushTestOpen(t, fs.CrashDropAll(), opts), recs)
 		})

@@ -105,6 +105,10 @@ type Log struct {
 	// that no reader copies bytes that appends are about to overwrite.
 	readMu sync.RWMutex
 
+	// isClosed is set by Close before it releases the segments: from then
+	// on every call returns ErrClosed (see closedErr).
+	isClosed atomic.Bool
+
 	// segs, tail and wrote are stored under mu. tail and wrote move back
 	// only in a truncation, which stores them under syncMu as well, so
 	// that every syncer sees them move together with flushed.
@@ -191,8 +195,11 @@ type SegmentInfo struct {
 }
 
 // Segments describes the segment files in use, oldest first. The last one
-// is the one appends go to.
+// is the one appends go to. After Close it returns nil.
 func (l *Log) Segments() []SegmentInfo {
+	if l.isClosed.Load() {
+		return nil
+	}
 	list := *l.segs.Load()
 	out := make([]SegmentInfo, len(list))
 	for i, s := range list {
@@ -201,17 +208,20 @@ func (l *Log) Segments() []SegmentInfo {
 	return out
 }
 
-// First returns the position of the first retained byte of the log.
+// First returns the position of the first retained byte of the log; after
+// Close, the one it had when it closed.
 func (l *Log) First() int64 { return (*l.segs.Load())[0].base }
 
-// End returns the position just past the last record written.
+// End returns the position just past the last record written; after Close,
+// the end it closed with.
 func (l *Log) End() int64 { return l.wrote.Load() }
 
 // Durable returns the position below which every record is durable. It is
-// never past End.
+// never past End; after Close, it is the position Close made durable.
 func (l *Log) Durable() int64 { return l.flushed.Load() }
 
-// Err returns the error that failed the log, or nil.
+// Err returns the error that failed the log, or nil. It reports failures,
+// not Close: after a clean Close it returns nil.
 func (l *Log) Err() error {
 	if p := l.failure.Load(); p != nil {
 		return *p
@@ -497,7 +507,8 @@ func (l *Log) dropSegments(segs []*segment) {
 }
 
 // holdSegment returns the segment holding pos with a reference taken, or
-// nil when pos is below the first segment or past the last.
+// nil when pos is below the first segment or past the last, or the log is
+// closed (see closedErr).
 func (l *Log) holdSegment(pos int64) *segment {
 	for {
 		s := l.segs.Load().find(pos)
@@ -507,12 +518,29 @@ func (l *Log) holdSegment(pos int64) *segment {
 		if s.hold() {
 			return s
 		}
-		// Released while we looked: the list has changed; look again.
+		// Released while we looked: the list has changed (look again),
+		// or Close released every segment and left the list.
+		if l.isClosed.Load() {
+			return nil
+		}
 	}
+}
+
+// closedErr returns ErrClosed once Close has begun releasing the segments,
+// and nil before. Reads check it first, and again when holdSegment finds
+// nothing: Close sets it before it releases any segment.
+func (l *Log) closedErr() error {
+	if l.isClosed.Load() {
+		return ErrClosed
+	}
+	return nil
 }
 
 // Read returns a copy of the record at pos.
 func (l *Log) Read(pos int64) (Record, error) {
+	if err := l.closedErr(); err != nil {
+		return Record{}, err
+	}
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
 	w := l.wrote.Load()
@@ -521,6 +549,9 @@ func (l *Log) Read(pos int64) (Record, error) {
 	}
 	s := l.holdSegment(pos)
 	if s == nil {
+		if err := l.closedErr(); err != nil {
+			return Record{}, err
+		}
 		return Record{}, fmt.Errorf("%w: %d is below the first retained position %d", ErrNotFound, pos, l.First())
 	}
 	defer s.release()
@@ -576,9 +607,13 @@ func (it *Iterator) Position() int64 { return it.pos }
 
 // Next returns the next record, or io.EOF at the end of the written log.
 // After io.EOF, Next can be called again to follow new appends. A position
-// below the first retained segment gives ErrNotFound.
+// below the first retained segment gives ErrNotFound; after the log's
+// Close, Next returns ErrClosed.
 func (it *Iterator) Next() (Record, error) {
 	l := it.l
+	if err := l.closedErr(); err != nil {
+		return Record{}, err
+	}
 	l.readMu.RLock()
 	defer l.readMu.RUnlock()
 	for {
@@ -592,6 +627,9 @@ func (it *Iterator) Next() (Record, error) {
 			}
 			it.seg = l.holdSegment(it.pos)
 			if it.seg == nil {
+				if err := l.closedErr(); err != nil {
+					return Record{}, err
+				}
 				return Record{}, fmt.Errorf("%w: %d is outside the retained log", ErrNotFound, it.pos)
 			}
 		}
@@ -632,6 +670,9 @@ func (l *Log) Verify() error {
 
 // Close flushes everything, writes a final checkpoint, marks the shutdown
 // clean and releases the directory. Waiters still pending complete first.
+// Afterwards every method that returns an error returns ErrClosed (Err
+// excepted: it still reports a failure); Segments returns nil, and First,
+// End and Durable the positions the log closed with.
 func (l *Log) Close() error {
 	l.mu.Lock()
 	if l.closed {
@@ -665,6 +706,9 @@ func (l *Log) Close() error {
 	if err == nil {
 		err = l.Err()
 	}
+	// From here on, calls return ErrClosed; readers that find a segment
+	// released see it set.
+	l.isClosed.Store(true)
 	if cerr := l.cp.close(); err == nil && cerr != nil {
 		err = cerr
 	}

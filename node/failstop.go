@@ -48,9 +48,9 @@ func (s failStopStore) DeleteRange(min, max uint64) error {
 	return s.check(s.Store.DeleteRange(min, max))
 }
 
-// IsMonotonic reports false, although the store is monotonic (raftstore
-// never accepts a gap), so that hashicorp/raft does not wipe the log after
-// installing a snapshot.
+// IsMonotonic reports false, although the store is monotonic (the node
+// opens it with raftstore.Options.Monotonic, so it never accepts a gap),
+// so that hashicorp/raft does not wipe the log after installing a snapshot.
 //
 // A follower can hold entries past a snapshot the leader sends it (a
 // deposed leader with uncommitted entries, a node the leader's replication

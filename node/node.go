@@ -157,7 +157,9 @@ func (n *Node) start(ctx context.Context) (err error) {
 	n.space = &spaceGuard{dir: c.DataDir, reserve: c.MinFreeBytes, free: statfsFree(c.DataDir)}
 	// The store's metrics are exported natively (raftlog_store_*), not
 	// through go-metrics, whose bridge costs a quantile update per sample.
-	opts := &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize, Metrics: n.metrics, NoGoMetrics: true}
+	// Monotonic: the node installs snapshots itself (failStopStore), so a
+	// gap in either group is a bug to refuse, not a snapshot install.
+	opts := &raftstore.Options{Flush: flush, SegmentSize: c.SegmentSize, Metrics: n.metrics, NoGoMetrics: true, Monotonic: true}
 	if c.FaultInjection {
 		n.faults.fs = &faultFS{FS: vfs.Default}
 		opts.FS = n.faults.fs

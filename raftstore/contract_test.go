@@ -374,14 +374,21 @@ func TestContractInterfaces(t *testing.T) {
 	if _, ok := x.(raft.StableStore); !ok {
 		t.Error("not a raft.StableStore")
 	}
-	ms, ok := x.(raft.MonotonicLogStore)
-	if !ok {
-		t.Error("not a raft.MonotonicLogStore")
-	} else if !ms.IsMonotonic() {
-		t.Error("IsMonotonic() = false")
+	// Not monotonic by default: raft v1.8.0 empties a monotonic store
+	// after a snapshot install (hashicorp/raft#697).
+	if ms, ok := x.(raft.MonotonicLogStore); ok && ms.IsMonotonic() {
+		t.Error("IsMonotonic() = true without Options.Monotonic")
 	}
 	if _, ok := x.(raft.CommitTrackingLogStore); !ok {
 		t.Error("not a raft.CommitTrackingLogStore")
+	}
+	m, err := Open(t.TempDir(), &Options{SegmentSize: 1 << 20, Monotonic: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	if !m.IsMonotonic() {
+		t.Error("IsMonotonic() = false with Options.Monotonic")
 	}
 }
 
@@ -440,7 +447,7 @@ func TestContractStoreAndGet(t *testing.T) {
 
 func TestContractBatchErrors(t *testing.T) {
 	ctForModes(t, func(t *testing.T, m ctMode) {
-		e := ctOpen(t, m, Options{})
+		e := ctOpen(t, m, Options{Monotonic: true}) // refuses gaps too
 		model := &ctModel{}
 		mk := func(idx ...uint64) []*raft.Log {
 			var logs []*raft.Log
@@ -488,6 +495,44 @@ func TestContractBatchErrors(t *testing.T) {
 		model.store(logs, 0)
 		e.check(model)
 		e.reopen()
+		e.check(model)
+	})
+}
+
+// TestContractGapDropsOlderEntries stores batches that start past the
+// next index, as raft does after installing a snapshot that covers
+// everything a follower holds (with a store that is not monotonic, it
+// compacts only up to the snapshot, or nothing with its trailing logs):
+// the batch is stored and every older entry is gone, for good.
+func TestContractGapDropsOlderEntries(t *testing.T) {
+	ctForModes(t, func(t *testing.T, m ctMode) {
+		e := ctOpen(t, m, Options{})
+		model := &ctModel{}
+		logs := ctEntries(1000, 10, 1, 30)
+		e.store(logs)
+		model.store(logs, 0)
+		if err := e.s.StageCommitIndex(1005); err != nil {
+			t.Fatal(err)
+		}
+		logs = ctEntries(1010, 2, 1, 30)
+		e.store(logs)
+		model.store(logs, 1005)
+		for _, start := range []uint64{1020, 1030 + indexSlotsPerFile, 3 * indexSlotsPerFile} {
+			if err := e.s.StageCommitIndex(start + 1); err != nil {
+				t.Fatal(err)
+			}
+			logs := ctEntries(start, 5, 2, 40)
+			e.store(logs)
+			model.deleteRange(model.first, model.last())
+			model.store(logs, start+1)
+			e.check(model)
+			e.reopen()
+			e.check(model)
+		}
+		// An overlap is still refused.
+		if err := e.s.StoreLogs(ctEntries(model.last(), 2, 2, 40)); err == nil {
+			t.Fatalf("StoreLogs at %d after last %d succeeded", model.last(), model.last())
+		}
 		e.check(model)
 	})
 }
@@ -691,13 +736,13 @@ func TestContractDeleteRange(t *testing.T) {
 				e.check(model)
 				e.reopen()
 				e.check(model)
-				// Append again: after the last (a gap is refused), or
-				// anywhere when empty.
+				// Append again: after the last (an overlap is
+				// refused), or anywhere when empty.
 				start := model.last() + 1
 				if model.last() == 0 {
 					start = 5000
-				} else if err := e.s.StoreLogs(ctEntries(start+1, 5, 2, 64)); err == nil {
-					t.Fatalf("StoreLogs at %d after last %d succeeded", start+1, model.last())
+				} else if err := e.s.StoreLogs(ctEntries(start-1, 5, 2, 64)); err == nil {
+					t.Fatalf("StoreLogs at %d after last %d succeeded", start-1, model.last())
 				}
 				logs := ctEntries(start, 20, 2, 64)
 				e.store(logs)

@@ -66,9 +66,11 @@ type crRun struct {
 	states   []crState
 	durable  int
 	inflight bool // the last state is that of a call that failed
-	staged   [crGroups]uint64
-	term     [crGroups]uint64
-	stable   [crGroups]map[string]uint64
+	// inflightStates is how many of the last states the failed call added.
+	inflightStates int
+	staged         [crGroups]uint64
+	term           [crGroups]uint64
+	stable         [crGroups]map[string]uint64
 
 	round int
 	ops   []string // this round's calls, for failure messages
@@ -180,6 +182,7 @@ func (r *crRun) push(g int, m *ctModel, desc string, err error, durable bool) (s
 		r.ops = append(r.ops, fmt.Sprintf("%s -> %v (in flight)", desc, err))
 		r.stats.failedCalls++
 		r.inflight = true
+		r.inflightStates = 1
 		return true
 	}
 	r.ops = append(r.ops, desc)
@@ -217,16 +220,34 @@ func (r *crRun) step() bool {
 		if last == 0 {
 			start = crStart(r.rng)
 		}
+		n := m.clone()
+		dropped := -1 // the state after a gap's deletion, if any
+		if last != 0 && r.rng.IntN(8) == 0 {
+			// A gap, as after a snapshot install: the store first
+			// deletes everything, durably, then stores the batch.
+			start += 1 + r.rng.Uint64N(2*indexSlotsPerFile)
+			n.deleteRange(first, last)
+			r.states = append(r.states, r.states[len(r.states)-1])
+			r.states[len(r.states)-1][g] = n.clone()
+			dropped = len(r.states) - 1
+			r.ops = append(r.ops, fmt.Sprintf("group %d gap after %d: delete %d..%d", g+1, last, first, last))
+		}
 		logs := ctRandomBatch(r.rng, start, r.term[g])
 		staged := r.staged[g]
 		err := s.StoreLogs(logs)
-		n := m.clone()
+		if err == nil && dropped > r.durable {
+			r.durable = dropped
+		}
 		n.store(logs, staged)
 		if err == nil {
 			r.staged[g] = 0
 		}
 		r.stats.batches++
-		return r.push(g, n, fmt.Sprintf("group %d StoreLogs(%d..%d) staged %d", g+1, start, n.last(), staged), err, acked)
+		stop := r.push(g, n, fmt.Sprintf("group %d StoreLogs(%d..%d) staged %d", g+1, start, n.last(), staged), err, acked)
+		if stop && dropped >= 0 {
+			r.inflightStates = 2
+		}
+		return stop
 	case p < 60: // prefix, as raft compacts
 		hi := first + r.rng.Uint64N(last-first+1)
 		if r.rng.IntN(2) == 0 && last > first+200 {
@@ -323,7 +344,7 @@ func (r *crRun) crash() {
 		// A crash of the process alone loses nothing: everything but a
 		// call in flight survives, in either flush mode.
 		if r.inflight {
-			r.durable = max(r.durable, len(r.states)-2)
+			r.durable = max(r.durable, len(r.states)-1-r.inflightStates)
 		} else {
 			r.durable = len(r.states) - 1
 		}

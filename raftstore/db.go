@@ -25,6 +25,11 @@ var ErrClosed = errors.New("raftstore: closed")
 // ErrCorrupt reports an index or record that fails its checks.
 var ErrCorrupt = errors.New("raftstore: corrupt")
 
+// ErrFailed wraps a failed write or sync of the stable state (stable.0,
+// stable.1). Like a failure of the commit log (commitlog.ErrFailed), it
+// stops the DB: see DB.Err.
+var ErrFailed = errors.New("raftstore: stable state failed")
+
 // maxGroups bounds the groups of one DB: the checkpoint holds every group's
 // indexes in at most commitlog.MaxCheckpointMeta bytes, 50 bytes per group
 // at worst.
@@ -46,16 +51,24 @@ type DB struct {
 	stable *stableFile
 	m      *metricsSink
 
-	// mu guards groups and closed.
+	// mu guards groups, and serialises Store with Close.
 	mu     sync.Mutex
 	groups map[uint64]*Store
-	closed bool
+	// closed is set, under mu, when Close begins; from then on every call
+	// returns ErrClosed.
+	closed atomic.Bool
+
+	// stableMu is held for reading by every stable write and for writing
+	// by Close, once, so that no stable write is in progress when Close
+	// closes the stable files.
+	stableMu sync.RWMutex
 
 	// ready is set once recovery is done; the checkpoint hook waits for it.
 	ready atomic.Bool
 	// delMu serialises the removal of commit-log segments.
 	delMu sync.Mutex
-	// failure latches an error that leaves the indexes in doubt.
+	// failure latches the error that stopped the DB: one that leaves the
+	// indexes in doubt, or a failed write of the stable state (see Err).
 	failure atomic.Pointer[error]
 }
 
@@ -96,7 +109,7 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 func (db *DB) Store(group uint64) (*Store, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	if db.closed {
+	if db.closed.Load() {
 		return nil, ErrClosed
 	}
 	if s, ok := db.groups[group]; ok {
@@ -105,7 +118,7 @@ func (db *DB) Store(group uint64) (*Store, error) {
 	if len(db.groups) >= maxGroups {
 		return nil, fmt.Errorf("raftstore: a DB holds at most %d groups", maxGroups)
 	}
-	if err := db.stable.set(group, nil, nil); err != nil {
+	if err := db.setStable(group, nil, nil); err != nil {
 		return nil, err
 	}
 	s, err := db.openGroup(group)
@@ -116,10 +129,13 @@ func (db *DB) Store(group uint64) (*Store, error) {
 	return s, nil
 }
 
-// Groups returns the ids of every group in the DB.
+// Groups returns the ids of every group in the DB; nil after Close.
 func (db *DB) Groups() []uint64 {
 	db.mu.Lock()
 	defer db.mu.Unlock()
+	if db.closed.Load() {
+		return nil
+	}
 	gs := make([]uint64, 0, len(db.groups))
 	for g := range db.groups {
 		gs = append(gs, g)
@@ -159,15 +175,32 @@ func (db *DB) openGroup(group uint64) (*Store, error) {
 }
 
 // Close writes a final checkpoint and closes the commit log and every
-// index. Stores of the DB must not be used afterwards.
+// index, once the writes in progress (StoreLogs, DeleteRange, Set) have
+// returned. Afterwards every method of the DB and of its stores that
+// returns an error returns ErrClosed, except Err, which still reports a
+// failure; Groups returns nil, Stats zero Stats and Store.PinnedBytes 0.
 func (db *DB) Close() error {
 	db.mu.Lock()
-	if db.closed {
+	if db.closed.Load() {
 		db.mu.Unlock()
 		return ErrClosed
 	}
-	db.closed = true
+	db.closed.Store(true)
+	stores := make([]*Store, 0, len(db.groups))
+	for _, s := range db.groups {
+		stores = append(stores, s)
+	}
 	db.mu.Unlock()
+	// Writers check closed under their group's write lock: once each lock
+	// has been taken, none is in progress and none will start.
+	for _, s := range stores {
+		s.wmu.Lock()
+		//lint:ignore SA2001 a barrier: the writer in progress has returned
+		s.wmu.Unlock()
+	}
+	db.stableMu.Lock()
+	//lint:ignore SA2001 the same barrier for stable writes
+	db.stableMu.Unlock()
 	err := db.log.Close()
 	db.closeFiles()
 	if serr := db.stable.close(); err == nil {
@@ -195,7 +228,7 @@ func closeIndexFiles(fs indexFiles) {
 	}
 }
 
-// err returns the latched failure or ErrClosed.
+// err returns the latched failure, or nil.
 func (db *DB) err() error {
 	if p := db.failure.Load(); p != nil {
 		return *p
@@ -206,6 +239,26 @@ func (db *DB) err() error {
 func (db *DB) fail(err error) error {
 	db.failure.CompareAndSwap(nil, &err)
 	return db.err()
+}
+
+// setStable writes a stable key (see stableFile.set) unless the DB is
+// closed or has failed, and latches a failed write as the DB's failure.
+func (db *DB) setStable(group uint64, key, val []byte) error {
+	db.stableMu.RLock()
+	defer db.stableMu.RUnlock()
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	if err := db.Err(); err != nil {
+		return err
+	}
+	if err := db.stable.set(group, key, val); err != nil {
+		if errors.Is(err, ErrClosed) {
+			return err
+		}
+		return db.fail(err)
+	}
+	return nil
 }
 
 // groupState is one group's indexes as a checkpoint records them, and the
@@ -234,7 +287,7 @@ func (db *DB) checkpointMeta() ([]byte, error) {
 	for _, s := range db.groups {
 		stores = append(stores, s)
 	}
-	closed := db.closed
+	closed := db.closed.Load()
 	db.mu.Unlock()
 	sort.Slice(stores, func(i, j int) bool { return stores[i].group < stores[j].group })
 	states := make([]groupState, 0, len(stores))
@@ -246,7 +299,7 @@ func (db *DB) checkpointMeta() ([]byte, error) {
 		states = append(states, st)
 	}
 	for _, s := range stores {
-		db.m.pinned(s.group, s.PinnedBytes())
+		db.m.pinned(s.group, s.pinnedBytes())
 	}
 	if !closed {
 		// Make every record the states describe durable before the
@@ -323,12 +376,17 @@ func (db *DB) releaseSegments() error {
 	if len(segs) < 2 || segs[0].Base+segs[0].Size > keep {
 		return nil
 	}
-	if err := db.log.Checkpoint(); err != nil {
-		return err
+	err := db.log.Checkpoint()
+	if err == nil {
+		var n int
+		n, err = db.log.DeleteBefore(keep)
+		if n > 0 {
+			db.m.IncCounter("segments_released", uint64(n))
+		}
 	}
-	n, err := db.log.DeleteBefore(keep)
-	if n > 0 {
-		db.m.IncCounter("segments_released", uint64(n))
+	if errors.Is(err, commitlog.ErrClosed) {
+		// Closed meanwhile: the segments go after the next open.
+		return nil
 	}
 	return err
 }
@@ -345,15 +403,28 @@ func (db *DB) storesSnapshot() []*Store {
 
 // Sync makes every entry stored so far durable, whatever the flush mode:
 // with AsyncFlush it is how a caller asks for one durable point, for
-// example before it reports a snapshot installed.
+// example before it reports a snapshot installed. It returns the DB's
+// failure if it has one (see Err).
 func (db *DB) Sync() error {
-	if err := db.err(); err != nil {
+	if db.closed.Load() {
+		return ErrClosed
+	}
+	if err := db.Err(); err != nil {
 		return err
 	}
 	if err := db.log.Sync(); err != nil {
-		return fmt.Errorf("raftstore: %w", err)
+		return closedAs(fmt.Errorf("raftstore: %w", err))
 	}
 	return nil
+}
+
+// closedAs returns ErrClosed for an error of the commit log's Close (a
+// call that raced with DB.Close), and err otherwise.
+func closedAs(err error) error {
+	if errors.Is(err, commitlog.ErrClosed) {
+		return fmt.Errorf("%w: %w", ErrClosed, err)
+	}
+	return err
 }
 
 // Stats are figures of a DB's commit log.
@@ -369,9 +440,12 @@ type Stats struct {
 	Durable int64
 }
 
-// Stats returns figures of the commit log. It is cheap and safe to call at
-// any time before Close.
+// Stats returns figures of the commit log. It is cheap; after Close it
+// returns zero Stats.
 func (db *DB) Stats() Stats {
+	if db.closed.Load() {
+		return Stats{}
+	}
 	end := db.log.End()
 	return Stats{
 		Segments: len(db.log.Segments()),
@@ -382,12 +456,16 @@ func (db *DB) Stats() Stats {
 }
 
 // Err returns the failure that stopped the DB, or nil: a failed write,
-// fdatasync or msync of the commit log (wrapping commitlog.ErrFailed), or
-// a failure that leaves an index in doubt (wrapping ErrCorrupt). Once Err
-// returns an error, every StoreLogs fails with it; the DB must be closed
-// and reopened, which recovers what was durable. Running out of space
-// (commitlog.ErrNoSpace) is not a failure: nothing is written and later
-// calls succeed once space is freed.
+// fdatasync or msync of the commit log (wrapping commitlog.ErrFailed), a
+// failed write or sync of the stable state (wrapping ErrFailed), or a
+// failure that leaves an index in doubt (wrapping ErrCorrupt). Once Err
+// returns an error, every write of every group (StoreLogs, DeleteRange,
+// Set, SetUint64, a new group) fails with it, and reads return only what
+// was durable; the DB must be closed and reopened, which recovers what was
+// durable. Running out of space for the commit log (commitlog.ErrNoSpace)
+// is not a failure: nothing is written and later calls succeed once space
+// is freed. Err reports failures, not Close: after a clean Close it
+// returns nil.
 func (db *DB) Err() error {
 	if err := db.err(); err != nil {
 		return err

@@ -1,8 +1,9 @@
 // Package raftstore stores hashicorp/raft's log and stable state in a
-// raftlog commit log. A *Store implements raft.LogStore, raft.StableStore,
-// raft.MonotonicLogStore and raft.CommitTrackingLogStore; Open gives a
-// store of its own, and a DB (OpenDB) shares one commit log, and so one
-// group commit, between many raft groups.
+// raftlog commit log. A *Store implements raft.LogStore, raft.StableStore
+// and raft.CommitTrackingLogStore, and raft.MonotonicLogStore reporting
+// false unless Options.Monotonic is set (see "Snapshot installs"); Open
+// gives a store of its own, and a DB (OpenDB) shares one commit log, and
+// so one group commit, between many raft groups.
 //
 // # Layout
 //
@@ -22,6 +23,12 @@
 // operating-system crash can lose acknowledged entries, which Raft's
 // safety argument does not allow for. In both modes Set, SetUint64 and
 // DeleteRange are durable when they return: votes are never asynchronous.
+//
+// A failed write or sync, of the commit log or of the stable state, stops
+// the DB (fail-stop): DB.Err and Store.Err report it, every later write of
+// every group fails with it, and Get returns only what was durable before.
+// Close and reopen the DB to recover what was durable. After Close, every
+// method with an error result returns ErrClosed (see DB.Close).
 //
 // A StoreLogs batch is all or nothing across a crash: recovery removes a
 // batch whose last entry did not reach the disk. A staged commit index
@@ -46,14 +53,35 @@
 //
 // A missing entry returns raft.ErrLogNotFound itself, unwrapped. FirstIndex
 // and LastIndex are 0 for an empty store. The first batch of an empty store
-// may start at any index; later batches must continue from the last index
-// (a gap is an error). DeleteRange removes a prefix, a suffix or everything.
-// A missing stable key reads as an empty value or 0.
+// may start at any index; a later batch continues from the last index, or
+// starts past it, and then the store first deletes every entry it holds
+// (unless Options.Monotonic; a batch that overlaps the last index is an
+// error). DeleteRange removes a
+// prefix, a suffix or everything. A missing stable key reads as an empty
+// value or 0.
+//
+// # Snapshot installs (hashicorp/raft#697)
+//
+// A Store reports IsMonotonic() false, so that raft v1.8.0 handles a
+// snapshot it installs as it does with raft-boltdb: it compacts the log up
+// to the snapshot (within its TrailingLogs) and keeps the entries after
+// it, and when the store holds nothing past the snapshot it goes on
+// storing after a gap, which the store accepts by dropping what lies
+// below. With a store that reports true, raft empties the whole store but
+// keeps its own last index, and a follower whose log ran past the snapshot
+// stores entries after a hole and panics "log not found".
+// Options.Monotonic restores the strict store (it refuses every gap and
+// reports true) for a service that installs snapshots itself through a
+// wrapper, as package node does.
 //
 // # What it does not do
 //
 // Segments of the commit log are removed only when no group needs them, so
-// a group that never compacts pins the log for every group. A DB holds at
+// a group that never compacts pins the log for every group. It does not
+// change how raft treats a follower whose log runs past a snapshot with
+// entries the leader's log does not have (a deposed leader's uncommitted
+// ones), or further than the follower's TrailingLogs: as with raft-boltdb,
+// the leader sends it the snapshot again until one reaches past its log. A DB holds at
 // most MaxGroups (1,308) groups: every group's indexes live in one
 // checkpoint.
 package raftstore

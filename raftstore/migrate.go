@@ -11,14 +11,20 @@ import (
 // copies them.
 var StableKeys = [][]byte{[]byte("CurrentTerm"), []byte("LastVoteTerm"), []byte("LastVoteCand")}
 
+// ErrNotEmpty is returned by Migrate for a destination that holds state.
+var ErrNotEmpty = errors.New("raftstore: migration destination is not empty")
+
 // Migrate copies an existing raft log and stable state, for example a
-// raft-boltdb store, into dst, which must be empty. Entries go over in
+// raft-boltdb store, into dst, which must hold nothing: no entry and no
+// stable key (ErrNotEmpty, and nothing is written). Entries go over in
 // batches of 1024 and the uint64 and string stable keys in StableKeys (plus
 // extraKeys) are copied when present. Run it with the raft node stopped;
-// once it returns nil, point the node at dst. src is only read.
+// once it returns nil, point the node at dst. src is only read. A
+// migration that failed half way leaves dst not empty: remove its
+// directory and migrate again.
 func Migrate(dst *Store, src raft.LogStore, srcStable raft.StableStore, extraKeys ...[]byte) error {
-	if last, _ := dst.LastIndex(); last != 0 {
-		return fmt.Errorf("raftstore: migrate into group %d, which already holds entries up to %d", dst.group, last)
+	if err := dst.checkEmpty(); err != nil {
+		return err
 	}
 	first, err := src.FirstIndex()
 	if err != nil {
@@ -67,6 +73,28 @@ func Migrate(dst *Store, src raft.LogStore, srcStable raft.StableStore, extraKey
 				return fmt.Errorf("raftstore: migrate: write stable key %q: %w", key, err)
 			}
 		}
+	}
+	return nil
+}
+
+// checkEmpty returns ErrNotEmpty, naming what it holds, unless the store
+// holds no entry and no stable key. A destination's stable keys must not
+// be overwritten: a CurrentTerm from the source smaller than the one there
+// would move the term backwards.
+func (s *Store) checkEmpty() error {
+	first, err := s.FirstIndex()
+	if err != nil {
+		return fmt.Errorf("raftstore: migrate into group %d: %w", s.group, err)
+	}
+	last, err := s.LastIndex()
+	if err != nil {
+		return fmt.Errorf("raftstore: migrate into group %d: %w", s.group, err)
+	}
+	if last != 0 {
+		return fmt.Errorf("%w: group %d in %s holds entries %d..%d", ErrNotEmpty, s.group, s.db.dir, first, last)
+	}
+	if keys := s.db.stable.keys(s.group); len(keys) > 0 {
+		return fmt.Errorf("%w: group %d in %s holds the stable keys %q", ErrNotEmpty, s.group, s.db.dir, keys)
 	}
 	return nil
 }

@@ -184,14 +184,14 @@ func (g *mgGroup) step(flush FlushMode, others []uint64) (stop bool, err error) 
 		k := []string{"CurrentTerm", "LastVoteTerm", string(mgOnlyKey(g.id))}[g.rng.IntN(3)]
 		v := g.rng.Uint64()
 		if err := g.s.SetUint64([]byte(k), v); err != nil {
-			return true, fmt.Errorf("SetUint64(%q, %d): %v", k, v, err)
+			return g.stableFailed(fmt.Sprintf("SetUint64(%q, %d)", k, v), err)
 		}
 		g.u64[k] = v
 		g.ops = append(g.ops, fmt.Sprintf("SetUint64(%q, %d)", k, v))
 	case p < 90:
 		v := fmt.Appendf(nil, "node-of-group-%d-%d", g.id, g.rng.IntN(1000))
 		if err := g.s.Set([]byte("LastVoteCand"), v); err != nil {
-			return true, fmt.Errorf("Set(LastVoteCand): %v", err)
+			return g.stableFailed(fmt.Sprintf("Set(LastVoteCand, %q)", v), err)
 		}
 		g.vals["LastVoteCand"] = v
 		g.ops = append(g.ops, fmt.Sprintf("Set(LastVoteCand, %q)", v))
@@ -369,8 +369,10 @@ func (r *mgRun) runRound(faulty bool) {
 			defer wg.Done()
 			s, err := r.db.Store(late.id)
 			if err != nil {
-				errs[len(errs)-1] = fmt.Errorf("Store(%d) while the others write: %v", late.id, err)
-				return
+				if failure := r.db.Err(); !faulty || failure == nil || err.Error() != failure.Error() {
+					errs[len(errs)-1] = fmt.Errorf("Store(%d) while the others write: %v", late.id, err)
+				}
+				return // refused: the DB failed, the group is not created
 			}
 			late.s = s
 			late.ops = append(late.ops, "created")
@@ -384,9 +386,11 @@ func (r *mgRun) runRound(faulty bool) {
 	}
 	for i, err := range errs {
 		if err != nil {
-			id := late.id
+			var id uint64
 			if i < len(r.groups) {
 				id = r.groups[i].id
+			} else if late != nil {
+				id = late.id
 			}
 			r.fatalf("group %d: %v", id, err)
 		}

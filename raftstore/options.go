@@ -47,6 +47,17 @@ type Options struct {
 	// FS is the file system (default the operating system's); tests pass
 	// a faultfs.FS.
 	FS vfs.FS
+	// Monotonic makes every store of the DB refuse a StoreLogs batch that
+	// leaves a gap after its last entry, and report IsMonotonic() true.
+	// DANGEROUS with hashicorp/raft v1.8.0 on its own: raft then empties
+	// the whole store after installing a snapshot but keeps its own last
+	// index, and a follower whose log ran past the snapshot panics "log
+	// not found" (hashicorp/raft#697). Set it only when raft gets a
+	// wrapper of the store that reports IsMonotonic() false and deletes
+	// what a received snapshot covers itself, as package node does. The
+	// default (false) accepts a gap the way raft-boltdb does, by dropping
+	// the entries before it; see Store.StoreLogs.
+	Monotonic bool
 }
 
 func (o *Options) withDefaults() (Options, error) {

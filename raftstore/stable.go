@@ -18,12 +18,19 @@ package raftstore
 // write torn by a crash leaves the previous state in the other file. A
 // write is one pwrite and one fdatasync of the older file: Set is durable
 // when it returns, in every flush mode. Concurrent writers share a write.
+//
+// Reads see only what a write made durable: a value being written, or one
+// whose write failed, is never returned. A failed write stops the stable
+// store: every later write returns the same error (the DB latches it too,
+// see DB.Err), while reads go on returning the last durable state, which
+// the other file still holds.
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"maps"
 	"os"
 	"path/filepath"
 	"sort"
@@ -42,17 +49,28 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 var errStableCorrupt = errors.New("raftstore: stable file corrupt")
 
-// stableState is every group's key-value map.
+// stableState is every group's key-value map. Values are never changed in
+// place, so that copies of the maps can share them.
 type stableState map[uint64]map[string][]byte
+
+// clone copies the maps of st, sharing the values.
+func (st stableState) clone() stableState {
+	c := make(stableState, len(st))
+	for g, kv := range st {
+		c[g] = maps.Clone(kv)
+	}
+	return c
+}
 
 type stableFile struct {
 	fs    vfs.FS
 	paths [2]string
 
-	// mu guards state and version.
+	// mu guards state, saved and version.
 	mu      sync.Mutex
-	state   stableState
-	version uint64 // bumped by every change
+	state   stableState // every change, written or not
+	saved   stableState // what the newest durable write holds; reads see this
+	version uint64      // bumped by every change
 
 	// wmu serialises writes of the files.
 	wmu     sync.Mutex
@@ -103,6 +121,7 @@ func openStable(fs vfs.FS, dir string) (*stableFile, error) {
 		}
 		s.state = st
 	}
+	s.saved = s.state.clone()
 	return s, nil
 }
 
@@ -186,31 +205,43 @@ func decodeStable(p []byte) (stableState, error) {
 	return st, nil
 }
 
-// get returns the value of key in group.
+// get returns the durable value of key in group.
 func (s *stableFile) get(group uint64, key []byte) ([]byte, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	v, ok := s.state[group][string(key)]
+	v, ok := s.saved[group][string(key)]
 	if !ok {
 		return nil, false
 	}
 	return append([]byte(nil), v...), true
 }
 
-// hasGroup reports whether group was ever created.
+// keys returns the keys group holds, durably, sorted.
+func (s *stableFile) keys(group uint64) []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	keys := make([]string, 0, len(s.saved[group]))
+	for k := range s.saved[group] {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// hasGroup reports whether group was ever created, durably.
 func (s *stableFile) hasGroup(group uint64) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	_, ok := s.state[group]
+	_, ok := s.saved[group]
 	return ok
 }
 
-// groups returns every group ever created.
+// groups returns every group ever created, durably.
 func (s *stableFile) groups() []uint64 {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	gs := make([]uint64, 0, len(s.state))
-	for g := range s.state {
+	gs := make([]uint64, 0, len(s.saved))
+	for g := range s.saved {
 		gs = append(gs, g)
 	}
 	sort.Slice(gs, func(i, j int) bool { return gs[i] < gs[j] })
@@ -252,6 +283,7 @@ func (s *stableFile) flush(want uint64) error {
 	s.mu.Lock()
 	payload := encodeStable(s.state)
 	version := s.version
+	written := s.state.clone()
 	s.mu.Unlock()
 
 	seq := s.seq + 1
@@ -272,10 +304,13 @@ func (s *stableFile) flush(want uint64) error {
 		err = f.Sync()
 	}
 	if err != nil {
-		s.failed = fmt.Errorf("raftstore: write stable file %s: %w", s.paths[i], err)
+		s.failed = fmt.Errorf("%w: write stable file %s: %w", ErrFailed, s.paths[i], err)
 		return s.failed
 	}
 	s.seq, s.durable = seq, version
+	s.mu.Lock()
+	s.saved = written
+	s.mu.Unlock()
 	return nil
 }
 

@@ -69,24 +69,52 @@ func Open(dir string, opts *Options) (*Store, error) {
 // Group returns the id of the store's raft group.
 func (s *Store) Group() uint64 { return s.group }
 
-// Close closes the DB of a Store returned by Open. For a Store from a DB it
-// does nothing: close the DB.
+// Close closes the DB of a Store returned by Open (see DB.Close for what
+// calls return afterwards). For a Store from a DB it does nothing but
+// return ErrClosed once the DB is closed: close the DB.
 func (s *Store) Close() error {
 	if s.own {
 		return s.db.Close()
 	}
+	return s.closedErr()
+}
+
+// closedErr returns ErrClosed once the DB is closed, and nil before.
+func (s *Store) closedErr() error {
+	if s.db.closed.Load() {
+		return ErrClosed
+	}
 	return nil
 }
 
+// Err returns the failure that stopped the store's DB, or nil (see
+// DB.Err): for a Store from a DB, a failure of any group stops them all.
+func (s *Store) Err() error { return s.db.Err() }
+
+// Sync makes every entry stored so far durable, whatever the flush mode
+// (see DB.Sync); for a Store from a DB, those of every group.
+func (s *Store) Sync() error { return s.db.Sync() }
+
 // FirstIndex returns the first index stored, 0 when there is none.
-func (s *Store) FirstIndex() (uint64, error) { return s.first.Load(), nil }
+func (s *Store) FirstIndex() (uint64, error) {
+	if err := s.closedErr(); err != nil {
+		return 0, err
+	}
+	return s.first.Load(), nil
+}
 
 // LastIndex returns the last index stored, 0 when there is none.
-func (s *Store) LastIndex() (uint64, error) { return s.last.Load(), nil }
+func (s *Store) LastIndex() (uint64, error) {
+	if err := s.closedErr(); err != nil {
+		return 0, err
+	}
+	return s.last.Load(), nil
+}
 
-// IsMonotonic reports that the store refuses gaps between batches, so raft
-// deletes every entry after restoring a snapshot.
-func (s *Store) IsMonotonic() bool { return true }
+// IsMonotonic reports whether the store refuses gaps between batches,
+// which raft v1.8.0 takes as leave to delete every entry after installing
+// a snapshot: false unless Options.Monotonic is set (see there for why).
+func (s *Store) IsMonotonic() bool { return s.db.opts.Monotonic }
 
 // GetLog reads the entry at index into out, which it overwrites with a
 // copy. A missing entry returns raft.ErrLogNotFound itself.
@@ -94,6 +122,11 @@ func (s *Store) GetLog(index uint64, out *raft.Log) error {
 	start := time.Now()
 	s.rw.RLock()
 	defer s.rw.RUnlock()
+	// Checked under rw: Close closes the index files only under rw's
+	// write lock, after setting closed.
+	if err := s.closedErr(); err != nil {
+		return err
+	}
 	first, last := s.first.Load(), s.last.Load()
 	if last == 0 || index < first || index > last {
 		return raft.ErrLogNotFound
@@ -111,7 +144,7 @@ func (s *Store) GetLog(index uint64, out *raft.Log) error {
 		if errors.Is(err, commitlog.ErrNotFound) && s.first.Load() > index {
 			return raft.ErrLogNotFound // compacted while we read
 		}
-		return fmt.Errorf("raftstore: group %d index %d: %w", s.group, index, err)
+		return closedAs(fmt.Errorf("raftstore: group %d index %d: %w", s.group, index, err))
 	}
 	r, err := decodeRecord(rec.Payload)
 	if err == nil && (r.kind != kindEntry || r.group != s.group || r.log.Index != index) {
@@ -128,10 +161,14 @@ func (s *Store) GetLog(index uint64, out *raft.Log) error {
 // StoreLog stores one entry.
 func (s *Store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l}) }
 
-// StoreLogs stores a batch of entries. The first batch of an empty store
-// may start at any index; later ones must follow the last index. With
-// SyncFlush it returns once the batch is durable. A batch a crash cuts
-// short is never visible.
+// StoreLogs stores a batch of contiguous entries. The first batch of an
+// empty store may start at any index; later ones follow the last index.
+// A batch that starts past the next index (raft stores one after
+// installing a snapshot that covers everything the store holds) first
+// deletes every entry the store holds, durably, unless Options.Monotonic
+// is set, which refuses it; a batch that starts at or below the last index
+// is refused. With SyncFlush it returns once the batch is durable. A batch
+// a crash cuts short is never visible.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -139,21 +176,34 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	start := time.Now()
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if err := s.closedErr(); err != nil {
+		return err
+	}
 	if err := s.db.err(); err != nil {
 		return err
 	}
-	last := s.last.Load()
 	for i, l := range logs {
-		want := logs[0].Index + uint64(i)
-		if i == 0 && last != 0 {
-			want = last + 1
-		}
-		if l.Index != want {
-			return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, l.Index, want-1)
+		if l.Index != logs[0].Index+uint64(i) {
+			return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, l.Index, logs[0].Index+uint64(i)-1)
 		}
 	}
 	if logs[0].Index == 0 {
 		return fmt.Errorf("raftstore: group %d: raft index 0 is not valid", s.group)
+	}
+	last := s.last.Load()
+	switch {
+	case last == 0 || logs[0].Index == last+1:
+	case logs[0].Index > last+1 && !s.db.opts.Monotonic:
+		// A gap: what the store holds lies below a snapshot raft
+		// installed. Drop it, so that no stale entry stays below the gap
+		// for a read to find. The segments it frees go at the next
+		// DeleteRange.
+		if err := s.deleteRange(s.first.Load(), last); err != nil {
+			return err
+		}
+		last = 0
+	default:
+		return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, logs[0].Index, last)
 	}
 	if err := s.ensureIndexFiles(logs[0].Index, logs[len(logs)-1].Index); err != nil {
 		return err
@@ -298,6 +348,9 @@ func (s *Store) DeleteRange(min, max uint64) error {
 }
 
 func (s *Store) deleteRange(lo, hi uint64) error {
+	if err := s.closedErr(); err != nil {
+		return err
+	}
 	if err := s.db.err(); err != nil {
 		return err
 	}
@@ -368,8 +421,16 @@ func (s *Store) firstPosition() (int64, bool) {
 // removed only once no group needs them, so a group that is slow to compact
 // (or idle with old entries) keeps every later segment of every group; the
 // group with the largest figure is the one holding the log. It is 0 for an
-// empty group. raftstore reports it as the gauge pinned_bytes{group}.
+// empty group, and after Close. raftstore reports it as the gauge
+// pinned_bytes{group}.
 func (s *Store) PinnedBytes() int64 {
+	if s.closedErr() != nil {
+		return 0
+	}
+	return s.pinnedBytes()
+}
+
+func (s *Store) pinnedBytes() int64 {
 	pos, ok := s.firstPosition()
 	if !ok {
 		return 0
@@ -397,27 +458,39 @@ func (s *Store) syncIndex() (groupState, error) {
 // atomically with its entries.
 func (s *Store) StageCommitIndex(index uint64) error {
 	s.wmu.Lock()
+	defer s.wmu.Unlock()
+	if err := s.closedErr(); err != nil {
+		return err
+	}
 	s.staged = index
-	s.wmu.Unlock()
 	return nil
 }
 
 // GetCommitIndex returns the persisted commit index, never above the last
 // index.
 func (s *Store) GetCommitIndex() (uint64, error) {
+	if err := s.closedErr(); err != nil {
+		return 0, err
+	}
 	return min(s.commit.Load(), s.last.Load()), nil
 }
 
-// Set stores a stable value; it is durable when Set returns.
+// Set stores a stable value; it is durable when Set returns. A failed
+// write stops the DB (see DB.Err), and Get never returns its value.
 func (s *Store) Set(key, val []byte) error {
 	if key == nil {
 		key = []byte{}
 	}
-	return s.db.stable.set(s.group, key, val)
+	return s.db.setStable(s.group, key, val)
 }
 
 // Get returns a stable value, or an empty value when the key is missing.
+// It returns only values whose Set completed: never one being written, or
+// one whose write failed.
 func (s *Store) Get(key []byte) ([]byte, error) {
+	if err := s.closedErr(); err != nil {
+		return nil, err
+	}
 	v, _ := s.db.stable.get(s.group, key)
 	return v, nil
 }
@@ -427,8 +500,12 @@ func (s *Store) SetUint64(key []byte, val uint64) error {
 	return s.Set(key, binary.BigEndian.AppendUint64(nil, val))
 }
 
-// GetUint64 returns a stable integer, or 0 when the key is missing.
+// GetUint64 returns a stable integer, or 0 when the key is missing; like
+// Get, only one whose SetUint64 completed.
 func (s *Store) GetUint64(key []byte) (uint64, error) {
+	if err := s.closedErr(); err != nil {
+		return 0, err
+	}
 	v, ok := s.db.stable.get(s.group, key)
 	if !ok {
 		return 0, nil
