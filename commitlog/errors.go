@@ -33,6 +33,9 @@ var (
 	// ErrFailed wraps the first failed write, fsync or msync. Once it is
 	// returned the log accepts no more writes; reopen it to recover.
 	ErrFailed = errors.New("commitlog: log failed")
+	// ErrTruncated is returned to a WaitDurable whose bytes a Truncate
+	// removed before they became durable: they will never be.
+	ErrTruncated = errors.New("commitlog: truncated before it was durable")
 )
 
 // corruptError builds an ErrCorrupt naming the file and offset.

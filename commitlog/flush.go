@@ -131,7 +131,8 @@ func (l *Log) groupCommit() {
 }
 
 // finishWaiters completes each of ws: with err if the sync failed, nil if
-// its bytes are durable, and with the log's failure or ErrClosed otherwise.
+// its bytes are durable, and otherwise with the log's failure, ErrClosed,
+// or ErrTruncated when a truncation removed them.
 func (l *Log) finishWaiters(ws []*waiter, err error) {
 	flushed := l.flushed.Load()
 	for _, w := range ws {
@@ -143,8 +144,10 @@ func (l *Log) finishWaiters(ws []*waiter, err error) {
 		default:
 			if ferr := l.Err(); ferr != nil {
 				w.done <- ferr
-			} else {
+			} else if l.isClosed.Load() {
 				w.done <- ErrClosed
+			} else {
+				w.done <- fmt.Errorf("%w: waited for position %d, the log now ends at %d", ErrTruncated, w.end, l.End())
 			}
 		}
 	}

@@ -1,6 +1,7 @@
 package commitlog
 
 import (
+	"errors"
 	"fmt"
 	"math/rand"
 	"sync/atomic"
@@ -20,11 +21,22 @@ func TestTruncateRacesSyncers(t *testing.T) {
 	syncers := []struct {
 		name string
 		// call runs in the hook; oldEnd is the end before the truncation.
-		call func(l *Log, oldEnd int64)
+		call func(l *Log, oldEnd int64) error
 	}{
-		{"Sync", func(l *Log, _ int64) { l.Sync() }},
+		{"Sync", func(l *Log, _ int64) error {
+			if err := l.Sync(); err != nil {
+				return fmt.Errorf("Sync within a truncation: %w", err)
+			}
+			return nil
+		}},
 		// A writer that wrote up to the old end and now waits for it.
-		{"WaitDurable", func(l *Log, oldEnd int64) { l.WaitDurable(oldEnd) }},
+		// It is told its bytes were truncated: not nil, not ErrClosed.
+		{"WaitDurable", func(l *Log, oldEnd int64) error {
+			if err := l.WaitDurable(oldEnd); !errors.Is(err, ErrTruncated) {
+				return fmt.Errorf("WaitDurable(%d) across a truncation: %v, want ErrTruncated", oldEnd, err)
+			}
+			return nil
+		}},
 	}
 	for _, wp := range []WritePath{WritePwrite, WriteMmap} {
 		for _, syncer := range syncers {
@@ -38,7 +50,7 @@ func TestTruncateRacesSyncers(t *testing.T) {
 	}
 }
 
-func truncateRaceCase(t *testing.T, wp WritePath, call func(*Log, int64), checkpoint bool) {
+func truncateRaceCase(t *testing.T, wp WritePath, call func(*Log, int64) error, checkpoint bool) {
 	rng := rand.New(rand.NewSource(11))
 	fs := faultfs.New(11)
 	opts := crashOptions(fs, 1<<16, SyncFlush, wp)
@@ -54,9 +66,10 @@ func truncateRaceCase(t *testing.T, wp WritePath, call func(*Log, int64), checkp
 	// The hook fires after every sync of the truncation and of the syncer
 	// it starts; only the first call runs the syncer.
 	var fired atomic.Bool
+	var callErr error
 	fs.OnSync(func() {
 		if fired.CompareAndSwap(false, true) {
-			call(l, oldEnd)
+			callErr = call(l, oldEnd)
 		}
 	})
 	if err := l.Truncate(to); err != nil {
@@ -65,6 +78,9 @@ func truncateRaceCase(t *testing.T, wp WritePath, call func(*Log, int64), checkp
 	fs.OnSync(nil)
 	if !fired.Load() {
 		t.Fatal("Truncate made no sync for the hook to run in")
+	}
+	if callErr != nil {
+		t.Error(callErr)
 	}
 	m.truncate(to)
 	if d, e := l.Durable(), l.End(); d > e {
