@@ -15,7 +15,11 @@
 // Snapshots hold the state only; when raft sends one to a follower that is
 // behind the first retained index (a node that joined late or lost its
 // data dir), the stream carries the retained records, read from the commit
-// log as it is sent (snapshot.go).
+// log as it is sent (snapshot.go). The receiving node stages them in a
+// group of its own and switches to them only once they and the snapshot
+// file are durable, so a crash at any point of an install leaves the old
+// snapshot with all its records or the new one with all of its
+// (snapinstall.go).
 //
 // # Guarantees
 //

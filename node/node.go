@@ -25,10 +25,16 @@ import (
 // replication.
 const logCacheSize = 1024
 
-// Groups of the node's raftstore DB.
+// liveGroup is the group of the node's raftstore DB that holds raft's log
+// and stable state.
+const liveGroup = 1
+
+// The two groups that take turns holding the retained entries below raft's
+// log (logview.go, snapinstall.go). A node that never installed a snapshot
+// uses the first.
 const (
-	liveGroup    = 1 // raft's log and stable state
-	archiveGroup = 2 // retained entries below raft's log (logview.go)
+	archiveGroupA = 2
+	archiveGroupB = 3
 )
 
 // Node is one running member of a raftlog cluster.
@@ -68,12 +74,9 @@ type Node struct {
 	joining  bool          // a new member, not yet promoted (rejoin.go)
 	voting   chan struct{} // closed once the node votes
 	joinedAt atomic.Uint64 // index of the entry that added it, 0 if unknown
-	// keptAfterSnapshot counts the entries past a received snapshot that
-	// the node held when it installed the snapshot, and kept (for tests).
-	keptAfterSnapshot atomic.Uint64
-	failOnce          sync.Once
-	failed            chan struct{}
-	failErr           error
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
 
 	closeOnce sync.Once
 	closeErr  error
@@ -154,30 +157,19 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	n.view = &logView{}
-	if n.view.live, err = n.db.Store(liveGroup); err != nil {
-		return err
-	}
-	if n.view.archive, err = n.db.Store(archiveGroup); err != nil {
+	if n.view, err = newLogView(n.db); err != nil {
 		return err
 	}
 	n.fsm = newFSM(n.view, c.Logger.Named("fsm"))
 	n.fsm.onTrim = func(uint64) { n.requestSnapshot() }
-	if n.snap, err = newSnapStore(filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
+	snapFS := vfs.Default
+	if opts.FS != nil {
+		snapFS = opts.FS
+	}
+	if n.snap, err = openSnapStore(snapFS, filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
 		return err
 	}
-	n.snap.installed = func(floor, index uint64, received bool) {
-		if received {
-			kept, err := n.view.dropLiveThrough(index)
-			if err != nil {
-				c.Logger.Error("deleting the entries a received snapshot covers", "index", index, "error", err)
-			}
-			n.keptAfterSnapshot.Add(kept)
-		}
-		if err := n.view.deleteBelow(floor, index); err != nil {
-			c.Logger.Error("deleting trimmed entries", "floor", floor, "error", err)
-		}
-	}
+	n.snap.fail = n.failStop
 
 	if _, err := raftBridge(); err != nil {
 		return fmt.Errorf("node: metrics: %w", err)
