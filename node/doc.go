@@ -35,9 +35,10 @@
 // window); a retry is answered with the original indexes.
 //
 // Reads: a Read or Tail is linearizable unless it asks for a stale read:
-// the leader confirms its leadership with a quorum (read index) and waits
-// until it has applied everything committed before the read began. A stale
-// read is served by any node from what it has applied.
+// the leader confirms its leadership with a quorum (read index), in the
+// term whose first entry it has committed, and waits until it has applied
+// everything committed before the read began. A stale read is served by
+// any node from what it has applied.
 //
 // Concurrency: a Node serves any number of client connections, each
 // pipelining requests (package transport); Close may be called from any
