@@ -78,9 +78,12 @@ func (s *snapStore) recover() error {
 			dirty = true
 		}
 	}
-	files, err := s.files()
+	// Snapshot files are written whole and renamed into place, so one
+	// that does not read is damage, not a crash: refuse to guess which
+	// archive group holds the records.
+	files, err := s.readFiles(true)
 	if err != nil {
-		return err
+		return fmt.Errorf("%w: the data dir is damaged; wipe it and start the node with --join", err)
 	}
 	cur := uint64(archiveGroupA)
 	if len(files) > 0 {

@@ -333,8 +333,13 @@ func (s *snapStore) List() ([]*raft.SnapshotMeta, error) {
 	return metas, nil
 }
 
-// files returns the readable snapshots, newest first.
-func (s *snapStore) files() ([]*snapFile, error) {
+// files returns the readable snapshots, newest first, skipping the others
+// with a warning.
+func (s *snapStore) files() ([]*snapFile, error) { return s.readFiles(false) }
+
+// readFiles returns the snapshots, newest first. A file that does not
+// read is an error when strict is set, and skipped otherwise.
+func (s *snapStore) readFiles(strict bool) ([]*snapFile, error) {
 	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("node: list snapshots: %w", err)
@@ -347,6 +352,9 @@ func (s *snapStore) files() ([]*snapFile, error) {
 		}
 		f, err := s.readFile(id)
 		if err != nil {
+			if strict {
+				return nil, err
+			}
 			s.logger.Warn("skipping unreadable snapshot", "error", err)
 			continue
 		}
