@@ -164,6 +164,9 @@ type Config struct {
 	// Logger receives the node's and raft's logs; default hclog to stderr
 	// at info level.
 	Logger hclog.Logger
+
+	// hooks are for this package's tests only.
+	hooks *testHooks
 }
 
 func (c *Config) withDefaults() (Config, error) {

@@ -15,7 +15,11 @@
 // Snapshots hold the state only; when raft sends one to a follower that is
 // behind the first retained index (a node that joined late or lost its
 // data dir), the stream carries the retained records, read from the commit
-// log as it is sent (snapshot.go).
+// log as it is sent (snapshot.go). The receiving node stages them in a
+// group of its own and switches to them only once they and the snapshot
+// file are durable, so a crash at any point of an install leaves the old
+// snapshot with all its records or the new one with all of its
+// (snapinstall.go).
 //
 // # Guarantees
 //
@@ -40,9 +44,10 @@
 // space is freed (space.go).
 //
 // Reads: a Read or Tail is linearizable unless it asks for a stale read:
-// the leader confirms its leadership with a quorum (read index) and waits
-// until it has applied everything committed before the read began. A stale
-// read is served by any node from what it has applied.
+// the leader confirms its leadership with a quorum (read index), in the
+// term whose first entry it has committed, and waits until it has applied
+// everything committed before the read began. A stale read is served by
+// any node from what it has applied.
 //
 // Concurrency: a Node serves any number of client connections, each
 // pipelining requests (package transport); Close may be called from any

@@ -175,7 +175,7 @@ func TestSnapshotInstallOverLongerLog(t *testing.T) {
 	last := appendN(t, nc, "healed", 3)
 	waitCaughtUp(t, old, last[len(last)-1])
 	sameRecords(t, "old leader after the snapshot", readAll(t, old, true), readAll(t, now, false))
-	if old.keptAfterSnapshot.Load() == 0 {
+	if old.snap.kept.Load() == 0 {
 		t.Fatal("the old leader installed no snapshot while holding entries past it: the test did not test")
 	}
 	select {

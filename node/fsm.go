@@ -290,9 +290,9 @@ func (f *fsm) trim(below uint64) bool {
 	var l raft.Log
 	for idx := base.index; idx < below; idx++ {
 		if err := f.view.getLog(idx, &l); err != nil {
-			// Only a node that lost part of its log in a crash during a
-			// snapshot install gets here; its next install replaces the
-			// ledger.
+			// A log with a hole below the floor: not one this node's
+			// snapshot installs leave (snapinstall.go). Its next install
+			// replaces the ledger.
 			f.logger.Error("trim: entry missing from the log; byte ledger is now approximate", "index", idx, "error", err)
 			continue
 		}

@@ -30,11 +30,8 @@ func newHarness(t *testing.T) *fsmHarness {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	h := &fsmHarness{t: t, db: db, view: &logView{}, next: 1}
-	if h.view.live, err = db.Store(liveGroup); err != nil {
-		t.Fatal(err)
-	}
-	if h.view.archive, err = db.Store(archiveGroup); err != nil {
+	h := &fsmHarness{t: t, db: db, next: 1}
+	if h.view, err = newLogView(db); err != nil {
 		t.Fatal(err)
 	}
 	h.f = newFSM(h.view, discardLogger())

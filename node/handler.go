@@ -180,20 +180,44 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 }
 
 // linearize makes a read linearizable (read index): it takes the commit
-// index, confirms with a quorum that the node still leads, and waits until
-// the state machine has applied up to that index.
+// index, confirms with a quorum that the node still leads in its stint's
+// term, and waits until the state machine has applied up to that index.
+//
+// The term matters: a node that lost leadership and won it back holds a
+// commit index that may lag behind entries another leader committed
+// meanwhile, until an entry of its new term commits (the new stint's
+// barrier). If watchLeadership has not yet seen the change, the old stint
+// is still current and ready, and VerifyLeader succeeds in the new term.
+// After VerifyLeader, a current term equal to the stint's proves that the
+// leadership it confirmed, and the commit index taken before it, are the
+// stint's; otherwise the read waits for the next stint.
 func (n *Node) linearize(ctx context.Context) (*leaderStint, error) {
-	s, err := n.leading(ctx)
-	if err != nil {
-		return nil, err
-	}
-	ci := n.raft.CommitIndex()
-	if err := n.raft.VerifyLeader().Error(); err != nil {
-		if errors.Is(err, raft.ErrLeadershipLost) {
-			// Nothing was written: for a read, losing leadership is NotLeader.
-			return nil, n.notLeader()
+	var (
+		s  *leaderStint
+		ci uint64
+	)
+	for {
+		var err error
+		if s, err = n.leading(ctx); err != nil {
+			return nil, err
 		}
-		return nil, n.raftError(err)
+		ci = n.raft.CommitIndex()
+		if err := n.raft.VerifyLeader().Error(); err != nil {
+			if errors.Is(err, raft.ErrLeadershipLost) {
+				// Nothing was written: for a read, losing leadership is NotLeader.
+				return nil, n.notLeader()
+			}
+			return nil, n.raftError(err)
+		}
+		if n.raft.CurrentTerm() == s.term {
+			break
+		}
+		// A stint of an earlier term: watchLeadership ends it soon.
+		select {
+		case <-s.done:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
 	}
 	for {
 		applied, wake := n.fsm.appliedCh()

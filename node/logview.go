@@ -2,6 +2,8 @@ package node
 
 import (
 	"errors"
+	"fmt"
+	"sync/atomic"
 
 	"github.com/hashicorp/raft"
 
@@ -9,30 +11,96 @@ import (
 )
 
 // logView is a node's whole log: raft's own store (live) and the archive, a
-// second group of the same DB that holds the retained entries a snapshot
-// install brought in below raft's log. Raft never compacts live (its
-// TrailingLogs is unbounded), so after a node's first snapshot install the
-// archive holds [floor, snapshot index] and live the entries after it;
-// otherwise the archive is empty and live holds everything retained.
-// Entries in the archive are committed, so where both hold an index the
-// archive's copy is right.
+// group of the same DB that holds the retained entries a snapshot install
+// brought in below raft's log. Raft never compacts live (its TrailingLogs
+// is unbounded), so after a node's first snapshot install the archive
+// holds [floor, snapshot index] and live the entries after it; otherwise
+// the archive is empty and live holds everything retained. Entries in the
+// archive are committed, so where both hold an index the archive's copy is
+// right.
+//
+// Two groups take turns as the archive (archiveGroupA and B): the current one,
+// named by the newest snapshot file, and the other, which is empty or
+// holds the records of a snapshot being installed (snapinstall.go). An
+// install switches the current one; readers load it through an atomic
+// pointer.
 type logView struct {
-	live, archive *raftstore.Store
+	// live is raft's log; set before the view is shared, never changed.
+	live *raftstore.Store
+	// archives are the stores of archiveGroupA and archiveGroupB; set
+	// before the view is shared, never changed.
+	archives [2]*raftstore.Store
+	// archive is the current archive, one of archives. Changed only by the
+	// snapshot store, holding snapStore.mu.
+	archive atomic.Pointer[raftstore.Store]
 	// liveDeleter deletes from live through raft's log cache, so that the
-	// cache never serves deleted entries; nil means live itself.
+	// cache never serves deleted entries; nil means live itself. Set once
+	// before raft starts.
 	liveDeleter interface{ DeleteRange(min, max uint64) error }
+}
+
+// newLogView opens the live and archive groups of db, with the first
+// archive group current (the snapshot store's recovery may pick the
+// other).
+func newLogView(db *raftstore.DB) (*logView, error) {
+	v := &logView{}
+	var err error
+	if v.live, err = db.Store(liveGroup); err != nil {
+		return nil, err
+	}
+	for i, g := range []uint64{archiveGroupA, archiveGroupB} {
+		if v.archives[i], err = db.Store(g); err != nil {
+			return nil, err
+		}
+	}
+	v.archive.Store(v.archives[0])
+	return v, nil
+}
+
+// archiveStore returns the store of archive group g.
+func (v *logView) archiveStore(g uint64) (*raftstore.Store, error) {
+	switch g {
+	case archiveGroupA:
+		return v.archives[0], nil
+	case archiveGroupB:
+		return v.archives[1], nil
+	}
+	return nil, fmt.Errorf("node: %d is not an archive group", g)
+}
+
+// otherArchive returns the archive group that is not g.
+func otherArchive(g uint64) uint64 {
+	if g == archiveGroupA {
+		return archiveGroupB
+	}
+	return archiveGroupA
 }
 
 // getLog reads the entry at index from the archive or the live log. A
 // missing entry is raft.ErrLogNotFound.
 func (v *logView) getLog(index uint64, out *raft.Log) error {
-	if first, last := bounds(v.archive); last != 0 && index >= first && index <= last {
-		err := v.archive.GetLog(index, out)
-		if !errors.Is(err, raft.ErrLogNotFound) {
-			return err
+	for {
+		ar := v.archive.Load()
+		if first, last := bounds(ar); last != 0 && index >= first && index <= last {
+			err := ar.GetLog(index, out)
+			if !errors.Is(err, raft.ErrLogNotFound) {
+				return err
+			}
 		}
+		err := v.live.GetLog(index, out)
+		if errors.Is(err, raft.ErrLogNotFound) && v.archive.Load() != ar {
+			continue // an install switched the archive while we read: read the new one
+		}
+		return err
 	}
-	return v.live.GetLog(index, out)
+}
+
+// liveStore returns what deletes from live.
+func (v *logView) liveStore() interface{ DeleteRange(min, max uint64) error } {
+	if v.liveDeleter != nil {
+		return v.liveDeleter
+	}
+	return v.live
 }
 
 // deleteBelow deletes every entry below floor, and never one above upTo
@@ -42,17 +110,14 @@ func (v *logView) deleteBelow(floor, upTo uint64) error {
 		return nil
 	}
 	to := min(floor-1, upTo)
-	var live interface{ DeleteRange(min, max uint64) error } = v.live
-	if v.liveDeleter != nil {
-		live = v.liveDeleter
-	}
-	if first, last := bounds(v.archive); last != 0 && first <= to {
-		if err := v.archive.DeleteRange(first, min(to, last)); err != nil {
+	ar := v.archive.Load()
+	if first, last := bounds(ar); last != 0 && first <= to {
+		if err := ar.DeleteRange(first, min(to, last)); err != nil {
 			return err
 		}
 	}
 	if first, last := bounds(v.live); last != 0 && first <= to {
-		if err := live.DeleteRange(first, min(to, last)); err != nil {
+		if err := v.liveStore().DeleteRange(first, min(to, last)); err != nil {
 			return err
 		}
 	}
@@ -75,20 +140,24 @@ func (v *logView) dropLiveThrough(index uint64) (kept uint64, err error) {
 	if first > index {
 		return kept, nil
 	}
-	var live interface{ DeleteRange(min, max uint64) error } = v.live
-	if v.liveDeleter != nil {
-		live = v.liveDeleter
-	}
-	return kept, live.DeleteRange(first, min(index, last))
+	return kept, v.liveStore().DeleteRange(first, min(index, last))
 }
 
 // first returns the lowest index held, 0 when none is.
 func (v *logView) first() uint64 {
-	if first, last := bounds(v.archive); last != 0 {
+	if first, last := bounds(v.archive.Load()); last != 0 {
 		return first
 	}
 	first, _ := bounds(v.live)
 	return first
+}
+
+// emptyStore deletes every entry of s; durable when it returns.
+func emptyStore(s *raftstore.Store) error {
+	if first, last := bounds(s); last != 0 {
+		return s.DeleteRange(first, last)
+	}
+	return nil
 }
 
 func bounds(s *raftstore.Store) (first, last uint64) {

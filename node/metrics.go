@@ -221,7 +221,7 @@ func (c pinnedCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range []interface {
 		Group() uint64
 		PinnedBytes() int64
-	}{c.n.view.live, c.n.view.archive} {
+	}{c.n.view.live, c.n.view.archives[0], c.n.view.archives[1]} {
 		ch <- prometheus.MustNewConstMetric(pinnedDesc, prometheus.GaugeValue, float64(s.PinnedBytes()),
 			strconv.FormatUint(s.Group(), 10))
 	}

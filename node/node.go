@@ -24,10 +24,16 @@ import (
 // replication.
 const logCacheSize = 1024
 
-// Groups of the node's raftstore DB.
+// liveGroup is the group of the node's raftstore DB that holds raft's log
+// and stable state.
+const liveGroup = 1
+
+// The two groups that take turns holding the retained entries below raft's
+// log (logview.go, snapinstall.go). A node that never installed a snapshot
+// uses the first.
 const (
-	liveGroup    = 1 // raft's log and stable state
-	archiveGroup = 2 // retained entries below raft's log (logview.go)
+	archiveGroupA = 2
+	archiveGroupB = 3
 )
 
 // Node is one running member of a raftlog cluster.
@@ -73,23 +79,37 @@ type Node struct {
 	removed    atomic.Bool   // removed from the cluster (removed.go)
 	voting     chan struct{} // closed once the node votes
 	joinedAt   atomic.Uint64 // index of the entry that added it, 0 if unknown
-	// keptAfterSnapshot counts the entries past a received snapshot that
-	// the node held when it installed the snapshot, and kept (for tests).
-	keptAfterSnapshot atomic.Uint64
-	failOnce          sync.Once
-	failed            chan struct{}
-	failErr           error
+	failOnce   sync.Once
+	failed     chan struct{}
+	failErr    error
 
 	closeOnce sync.Once
 	closeErr  error
 }
 
-// leaderStint is one period of leadership.
+// leaderStint is one period of leadership: one term. watchLeadership
+// begins and ends stints as raft's LeaderCh reports changes, which it may
+// see late or merge (raft overwrites an unread value), so a stint can
+// outlive its term; whoever relies on one checks its term (linearize).
 type leaderStint struct {
 	ready chan struct{} // closed once the stint's barrier is applied
 	done  chan struct{} // closed when the stint ends
-	ctx   context.Context
-	stop  context.CancelFunc
+	// term is the term in which the stint's barrier committed, the term of
+	// its leadership. Written by lead before ready is closed; read only
+	// after ready is.
+	term uint64
+	ctx  context.Context
+	stop context.CancelFunc
+}
+
+// testHooks let this package's tests hold up or wrap parts of a node; nil
+// outside tests.
+type testHooks struct {
+	// leaderChange, when set, is called by watchLeadership with each value
+	// of raft's LeaderCh before it acts on it.
+	leaderChange func(leader bool)
+	// transport, when set, wraps the node's raft transport.
+	transport func(raft.Transport) raft.Transport
 }
 
 // Start opens the node's data dir, starts raft and the listeners, and
@@ -175,30 +195,19 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err != nil {
 		return err
 	}
-	n.view = &logView{}
-	if n.view.live, err = n.db.Store(liveGroup); err != nil {
-		return err
-	}
-	if n.view.archive, err = n.db.Store(archiveGroup); err != nil {
+	if n.view, err = newLogView(n.db); err != nil {
 		return err
 	}
 	n.fsm = newFSM(n.view, c.Logger.Named("fsm"))
 	n.fsm.onTrim = func(uint64) { n.requestSnapshot() }
-	if n.snap, err = newSnapStore(filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
+	snapFS := vfs.Default
+	if opts.FS != nil {
+		snapFS = opts.FS
+	}
+	if n.snap, err = openSnapStore(snapFS, filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
 		return err
 	}
-	n.snap.installed = func(floor, index uint64, received bool) {
-		if received {
-			kept, err := n.view.dropLiveThrough(index)
-			if err != nil {
-				c.Logger.Error("deleting the entries a received snapshot covers", "index", index, "error", err)
-			}
-			n.keptAfterSnapshot.Add(kept)
-		}
-		if err := n.view.deleteBelow(floor, index); err != nil {
-			c.Logger.Error("deleting trimmed entries", "floor", floor, "error", err)
-		}
-	}
+	n.snap.fail = n.failStop
 
 	if _, err := raftBridge(); err != nil {
 		return fmt.Errorf("node: metrics: %w", err)
@@ -320,7 +329,11 @@ func (n *Node) startRaft() error {
 		return err
 	}
 	n.view.liveDeleter = logs
-	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, n.snap, n.gate); err != nil {
+	var trans raft.Transport = n.gate
+	if h := c.hooks; h != nil && h.transport != nil {
+		trans = h.transport(trans)
+	}
+	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, n.snap, trans); err != nil {
 		n.gate.Close()
 		return fmt.Errorf("node: start raft: %w", err)
 	}
@@ -503,6 +516,9 @@ func (n *Node) watchLeadership() {
 			n.endStint()
 			return
 		case leader := <-ch:
+			if h := n.cfg.hooks; h != nil && h.leaderChange != nil {
+				h.leaderChange(leader)
+			}
 			n.endStint()
 			if leader {
 				n.beginStint()
@@ -535,13 +551,19 @@ func (n *Node) endStint() {
 // lead runs while the node leads. It first commits an entry of its own
 // term (recording the node's client address), so that the state machine
 // holds every entry of earlier terms before reads are served: reads wait
-// for the stint to be ready. Then it enforces retention.
+// for the stint to be ready, and the stint's term is that entry's. Then it
+// enforces retention.
 func (n *Node) lead(s *leaderStint) {
 	defer n.wg.Done()
 	for {
-		err := n.raft.Apply(encodeMemberCmd(n.cfg.ID, n.clientAddr), n.cfg.ElectionTimeout*4).Error()
+		f := n.raft.Apply(encodeMemberCmd(n.cfg.ID, n.clientAddr), n.cfg.ElectionTimeout*4)
+		err := f.Error()
 		if err == nil {
-			break
+			var l raft.Log
+			if err = n.view.getLog(f.Index(), &l); err == nil {
+				s.term = l.Term
+				break
+			}
 		}
 		if s.ctx.Err() != nil || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
 			return
@@ -558,7 +580,7 @@ func (n *Node) lead(s *leaderStint) {
 		}
 	}
 	close(s.ready)
-	n.cfg.Logger.Info("leading", "term", n.raft.CurrentTerm())
+	n.cfg.Logger.Info("leading", "term", s.term)
 	if n.cfg.RetentionBytes <= 0 && n.cfg.RetentionAge <= 0 {
 		return
 	}
@@ -753,7 +775,7 @@ func (n *Node) IsLeader() bool {
 	}
 	select {
 	case <-s.ready:
-		return true
+		return n.raft.State() == raft.Leader && n.raft.CurrentTerm() == s.term
 	default:
 		return false
 	}

@@ -112,7 +112,7 @@ func TestTrimLateJoinerAndWipedNode(t *testing.T) {
 	if first := n4.view.first(); first != below {
 		t.Fatalf("n4 holds the log from %d, want %d", first, below)
 	}
-	if first, last := bounds(n4.view.archive); first != below || last < tr.Index {
+	if first, last := bounds(n4.view.archive.Load()); first != below || last < tr.Index {
 		t.Fatalf("n4's archive holds [%d, %d]: the snapshot did not bring the retained records", first, last)
 	}
 

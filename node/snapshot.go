@@ -1,7 +1,6 @@
 package node
 
 import (
-	"bufio"
 	"bytes"
 	"encoding/binary"
 	"encoding/json"
@@ -15,7 +14,6 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -37,9 +35,9 @@ import (
 // Integers are big-endian. flags bit 0 says the records from the state's
 // floor to the snapshot index follow; a snapshot persisted locally has no
 // records, since they are in the node's own log. The receiving side writes
-// the records into the archive group (logview.go), filling indexes that
-// held raft's own entries with no-ops, so the archive holds exactly the
-// retained range. The stream's size, which raft needs before it sends one,
+// the records into an archive group (logview.go, snapinstall.go), filling
+// indexes that held raft's own entries with no-ops, so the archive holds
+// exactly the retained range. The stream's size, which raft needs before it sends one,
 // comes from the state's byte ledger.
 const (
 	streamMagic       = "RLSNAP01"
@@ -130,22 +128,37 @@ func stateLedger(state []byte) (floor, recordBytes uint64, err error) {
 	return floor, total - floorCum, nil
 }
 
-// snapStore is the node's raft.SnapshotStore.
+// snapStore is the node's raft.SnapshotStore. Snapshot files live in dir,
+// one per snapshot, written atomically (snapinstall.go); each names the
+// archive group that holds its records.
 type snapStore struct {
+	// fs, dir, view, db, logger and retain (how many snapshots to keep)
+	// are set by openSnapStore and never change.
+	fs     vfs.FS
 	dir    string
 	view   *logView
 	db     *raftstore.DB
 	logger hclog.Logger
 	retain int
-	// installed is called once a snapshot is durable, with its floor and
-	// index and whether a leader sent it, to delete the log below the
-	// floor (and, for a snapshot sent, raft's own entries up to it).
-	installed func(floor, index uint64, received bool)
+	// fail is called when a failed sync leaves it unknown whether an
+	// install switched to its snapshot: the node must stop (failstop.go),
+	// and its next start finds out from the disk. nil: the install only
+	// returns the error. Set before raft starts, never changed.
+	fail func(error)
 	// latest is the index and term of the newest durable snapshot
 	// (failStopStore.GetLog); nil when there is none.
 	latest atomic.Pointer[snapPoint]
+	// kept counts the entries past a received snapshot that the node held
+	// when it installed it, and kept (for tests).
+	kept atomic.Uint64
 
-	mu sync.Mutex // serialises writes of snapshot files
+	// mu serialises writes and removals of snapshot files, the switch of
+	// the current archive (view.archive) and the deletions that follow a
+	// snapshot.
+	mu sync.Mutex
+	// staging holds a token while a sink stores a received snapshot's
+	// records in the archive group that is not current.
+	staging chan struct{}
 }
 
 // snapPoint is the last entry a snapshot covers.
@@ -164,31 +177,10 @@ func (s *snapStore) noteLatest(p snapPoint) {
 	}
 }
 
-const snapSuffix = ".snap"
-
-func newSnapStore(dir string, view *logView, db *raftstore.DB, logger hclog.Logger) (*snapStore, error) {
-	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("node: create %s: %w", dir, err)
-	}
-	names, err := os.ReadDir(dir)
-	if err != nil {
-		return nil, err
-	}
-	for _, e := range names {
-		if strings.HasSuffix(e.Name(), ".tmp") {
-			os.Remove(filepath.Join(dir, e.Name()))
-		}
-	}
-	s := &snapStore{dir: dir, view: view, db: db, logger: logger, retain: 2}
-	files, err := s.files()
-	if err != nil {
-		return nil, err
-	}
-	if len(files) > 0 {
-		s.noteLatest(snapPoint{files[0].meta.Index, files[0].meta.Term})
-	}
-	return s, nil
-}
+const (
+	snapSuffix = ".snap"
+	tmpSuffix  = ".tmp"
+)
 
 // snapFile is a snapshot on disk.
 type snapFile struct {
@@ -196,36 +188,58 @@ type snapFile struct {
 	state       []byte
 	floor       uint64
 	recordBytes uint64
+	// archive is the group that holds the snapshot's records below raft's
+	// log.
+	archive uint64
+	// received is set for a snapshot a leader sent, whose records the
+	// stream carried; false for one taken here.
+	received bool
 }
 
 func (f *snapFile) streamSize() int64 {
 	return int64(streamHeaderFixed+len(f.state)) + int64(f.recordBytes) + streamEndSize
 }
 
-// file layout: "RLSNAPF1" | len u32 | meta JSON | len u32 | state | crc32c u32
-const fileMagic = "RLSNAPF1"
+// The snapshot file (all integers big-endian):
+//
+//	"RLSNAPF2" | len u32 | meta JSON | archive u64 | flags u8 | len u32 | state | crc32c u32
+//
+// flags bit 0: the snapshot was received. The crc covers everything before
+// it. Version 1 files ("RLSNAPF1", without archive and flags) are read as
+// taken here, their records in the first archive group.
+const (
+	fileMagic   = "RLSNAPF2"
+	fileMagicV1 = "RLSNAPF1"
+	fileFlagRcv = 1
+)
 
-func encodeSnapFile(meta *raft.SnapshotMeta, state []byte) ([]byte, error) {
-	mj, err := json.Marshal(meta)
+func encodeSnapFile(f *snapFile) ([]byte, error) {
+	mj, err := json.Marshal(&f.meta)
 	if err != nil {
 		return nil, err
 	}
 	b := []byte(fileMagic)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(mj)))
 	b = append(b, mj...)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(state)))
-	b = append(b, state...)
+	b = binary.BigEndian.AppendUint64(b, f.archive)
+	var flags byte
+	if f.received {
+		flags |= fileFlagRcv
+	}
+	b = append(b, flags)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.state)))
+	b = append(b, f.state...)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable)), nil
 }
 
-func (s *snapStore) readFile(id string) (*snapFile, error) {
-	path := filepath.Join(s.dir, id+snapSuffix)
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
+// decodeSnapFile decodes a snapshot file; path names it in errors.
+func decodeSnapFile(path string, b []byte) (*snapFile, error) {
 	bad := func(what string) error { return fmt.Errorf("node: snapshot %s: %s", path, what) }
-	if len(b) < len(fileMagic)+12 || string(b[:len(fileMagic)]) != fileMagic {
+	if len(b) < len(fileMagic)+12 {
+		return nil, bad("not a snapshot file")
+	}
+	magic := string(b[:len(fileMagic)])
+	if magic != fileMagic && magic != fileMagicV1 {
 		return nil, bad("not a snapshot file")
 	}
 	body, sum := b[:len(b)-4], binary.BigEndian.Uint32(b[len(b)-4:])
@@ -235,6 +249,7 @@ func (s *snapStore) readFile(id string) (*snapFile, error) {
 	rest := body[len(fileMagic):]
 	chunk := func() []byte {
 		if len(rest) < 4 {
+			rest = nil
 			return nil
 		}
 		n := binary.BigEndian.Uint32(rest)
@@ -246,20 +261,63 @@ func (s *snapStore) readFile(id string) (*snapFile, error) {
 		rest = rest[4+n:]
 		return c
 	}
-	f := &snapFile{}
+	f := &snapFile{archive: archiveGroupA}
 	mj := chunk()
+	if magic == fileMagic && len(rest) >= 9 {
+		f.archive = binary.BigEndian.Uint64(rest)
+		f.received = rest[8]&fileFlagRcv != 0
+		rest = rest[9:]
+	} else if magic == fileMagic {
+		rest = nil
+	}
 	f.state = chunk()
 	if mj == nil || f.state == nil || len(rest) != 0 {
 		return nil, bad("is truncated")
 	}
+	if f.archive != archiveGroupA && f.archive != archiveGroupB {
+		return nil, bad(fmt.Sprintf("names group %d as its archive", f.archive))
+	}
 	if err := json.Unmarshal(mj, &f.meta); err != nil {
 		return nil, bad(err.Error())
 	}
+	var err error
 	if f.floor, f.recordBytes, err = stateLedger(f.state); err != nil {
 		return nil, bad(err.Error())
 	}
 	f.meta.Size = f.streamSize()
 	return f, nil
+}
+
+func (s *snapStore) path(id string) string { return filepath.Join(s.dir, id+snapSuffix) }
+
+func (s *snapStore) readFile(id string) (*snapFile, error) {
+	path := s.path(id)
+	b, err := readFileFS(s.fs, path)
+	if err != nil {
+		return nil, fmt.Errorf("node: read snapshot %s: %w", path, err)
+	}
+	return decodeSnapFile(path, b)
+}
+
+// readFileFS reads a whole file.
+func readFileFS(fs vfs.FS, path string) ([]byte, error) {
+	f, err := fs.OpenFile(path, os.O_RDONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	n, err := f.Size()
+	if err != nil {
+		return nil, err
+	}
+	if n > maxStateSize+1<<20 {
+		return nil, fmt.Errorf("node: %s: %d bytes is too large for a snapshot file", path, n)
+	}
+	b := make([]byte, n)
+	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
+		return nil, err
+	}
+	return b, nil
 }
 
 // List implements raft.SnapshotStore: newest first.
@@ -275,38 +333,48 @@ func (s *snapStore) List() ([]*raft.SnapshotMeta, error) {
 	return metas, nil
 }
 
-// files returns the readable snapshots, newest first.
-func (s *snapStore) files() ([]*snapFile, error) {
-	ents, err := os.ReadDir(s.dir)
+// files returns the readable snapshots, newest first, skipping the others
+// with a warning.
+func (s *snapStore) files() ([]*snapFile, error) { return s.readFiles(false) }
+
+// readFiles returns the snapshots, newest first. A file that does not
+// read is an error when strict is set, and skipped otherwise.
+func (s *snapStore) readFiles(strict bool) ([]*snapFile, error) {
+	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("node: list snapshots: %w", err)
 	}
 	var files []*snapFile
-	for _, e := range ents {
-		id, ok := strings.CutSuffix(e.Name(), snapSuffix)
+	for _, name := range names {
+		id, ok := strings.CutSuffix(name, snapSuffix)
 		if !ok {
 			continue
 		}
 		f, err := s.readFile(id)
 		if err != nil {
+			if strict {
+				return nil, err
+			}
 			s.logger.Warn("skipping unreadable snapshot", "error", err)
 			continue
 		}
 		files = append(files, f)
 	}
-	sort.Slice(files, func(i, j int) bool {
-		a, b := files[i].meta, files[j].meta
-		if a.Index != b.Index {
-			return a.Index > b.Index
-		}
-		if a.Term != b.Term {
-			return a.Term > b.Term
-		}
-		// The same snapshot received again: the later copy first (IDs
-		// end in the creation time in milliseconds).
-		return a.ID > b.ID
-	})
+	sort.Slice(files, func(i, j int) bool { return newer(files[i], files[j]) })
 	return files, nil
+}
+
+// newer orders snapshots newest first: by index, then term, then ID (the
+// same snapshot received again: the later copy first, as IDs end in the
+// creation time in milliseconds).
+func newer(a, b *snapFile) bool {
+	if a.meta.Index != b.meta.Index {
+		return a.meta.Index > b.meta.Index
+	}
+	if a.meta.Term != b.meta.Term {
+		return a.meta.Term > b.meta.Term
+	}
+	return a.meta.ID > b.meta.ID
 }
 
 // Open implements raft.SnapshotStore. The reader yields the state and then
@@ -375,270 +443,4 @@ func (r *recordStream) fill() error {
 		r.done = true
 	}
 	return nil
-}
-
-// Create implements raft.SnapshotStore. The sink parses what raft writes
-// as it arrives: records go to the archive, the state to the file written
-// at Close.
-func (s *snapStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
-	configurationIndex uint64, _ raft.Transport) (raft.SnapshotSink, error) {
-	now := time.Now()
-	meta := raft.SnapshotMeta{
-		Version:            version,
-		ID:                 fmt.Sprintf("%020d-%020d-%d", index, term, now.UnixMilli()),
-		Index:              index,
-		Term:               term,
-		Configuration:      configuration,
-		ConfigurationIndex: configurationIndex,
-	}
-	pr, pw := io.Pipe()
-	sink := &snapSink{store: s, meta: meta, pw: pw, done: make(chan error, 1)}
-	go func() {
-		err := sink.parse(bufio.NewReaderSize(pr, 1<<20))
-		pr.CloseWithError(err)
-		sink.done <- err
-	}()
-	return sink, nil
-}
-
-// snapSink receives one snapshot.
-type snapSink struct {
-	store  *snapStore
-	meta   raft.SnapshotMeta
-	pw     *io.PipeWriter
-	done   chan error
-	closed bool
-	err    error // what the first Close returned
-
-	// Set by parse before it returns.
-	state    []byte
-	floor    uint64
-	received bool // the stream carried records: sent by a leader, not taken here
-}
-
-// ID implements raft.SnapshotSink.
-func (k *snapSink) ID() string { return k.meta.ID }
-
-// Write implements io.Writer.
-func (k *snapSink) Write(p []byte) (int, error) { return k.pw.Write(p) }
-
-// Cancel implements raft.SnapshotSink.
-func (k *snapSink) Cancel() error {
-	if k.closed {
-		return nil
-	}
-	k.closed = true
-	k.pw.CloseWithError(errors.New("node: snapshot cancelled"))
-	<-k.done
-	return nil
-}
-
-// Close implements raft.SnapshotSink: it waits for the stream to be
-// parsed and its records stored, syncs them, then writes the snapshot file
-// durably and removes old ones.
-//
-// Raft calls Close after FSMSnapshot.Persist has closed the sink too; the
-// second call returns what the first did.
-func (k *snapSink) Close() error {
-	if k.closed {
-		return k.err
-	}
-	k.closed = true
-	k.err = k.close()
-	return k.err
-}
-
-func (k *snapSink) close() error {
-	k.pw.Close()
-	if err := <-k.done; err != nil {
-		return err
-	}
-	s := k.store
-	if err := s.db.Sync(); err != nil {
-		return err
-	}
-	b, err := encodeSnapFile(&k.meta, k.state)
-	if err != nil {
-		return err
-	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	path := filepath.Join(s.dir, k.meta.ID+snapSuffix)
-	if err := writeFileSync(path, b); err != nil {
-		return err
-	}
-	files, err := s.files()
-	if err != nil {
-		return err
-	}
-	for _, f := range files[min(len(files), s.retain):] {
-		if f.meta.ID != k.meta.ID {
-			os.Remove(filepath.Join(s.dir, f.meta.ID+snapSuffix))
-		}
-	}
-	s.noteLatest(snapPoint{k.meta.Index, k.meta.Term})
-	if s.installed != nil {
-		s.installed(k.floor, k.meta.Index, k.received)
-	}
-	return nil
-}
-
-// parse reads a stream, storing its records (if flagged) in the archive.
-func (k *snapSink) parse(r *bufio.Reader) error {
-	h, err := readStreamHeader(r)
-	if err != nil {
-		return err
-	}
-	floor, _, err := stateLedger(h.state)
-	if err != nil {
-		return err
-	}
-	k.state, k.floor, k.received = h.state, floor, h.flags&flagRecords != 0
-	if h.flags&flagRecords == 0 {
-		return expectEnd(r, 0)
-	}
-	return k.storeRecords(r, floor)
-}
-
-// storeRecords replaces the archive by the stream's records, from floor to
-// the snapshot's index, no-ops standing in for raft's own entries.
-func (k *snapSink) storeRecords(r *bufio.Reader, floor uint64) error {
-	ar := k.store.view.archive
-	if first, last := bounds(ar); last != 0 {
-		if err := ar.DeleteRange(first, last); err != nil {
-			return err
-		}
-	}
-	var (
-		batch   []*raft.Log
-		bytes   int
-		next    = floor
-		records uint64
-	)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := ar.StoreLogs(batch)
-		batch, bytes = batch[:0], 0
-		return err
-	}
-	add := func(l *raft.Log) error {
-		batch = append(batch, l)
-		bytes += len(l.Data)
-		next = l.Index + 1
-		if len(batch) >= 512 || bytes >= 4<<20 {
-			return flush()
-		}
-		return nil
-	}
-	noopsTo := func(end uint64) error { // no-ops for [next, end)
-		for next < end {
-			if err := add(&raft.Log{Index: next, Term: k.meta.Term, Type: raft.LogNoop}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
-	var fixed [streamRecordFixed]byte
-	for {
-		if _, err := io.ReadFull(r, fixed[:1]); err != nil {
-			return fmt.Errorf("node: snapshot stream after %d records: %w", records, err)
-		}
-		if fixed[0] == 0 {
-			if err := expectCount(r, records); err != nil {
-				return err
-			}
-			break
-		}
-		if fixed[0] != 1 {
-			return fmt.Errorf("node: snapshot stream: record tag %d after %d records", fixed[0], records)
-		}
-		if _, err := io.ReadFull(r, fixed[1:]); err != nil {
-			return fmt.Errorf("node: snapshot stream record %d: %w", records, err)
-		}
-		l := &raft.Log{
-			Index:      binary.BigEndian.Uint64(fixed[1:]),
-			Term:       binary.BigEndian.Uint64(fixed[9:]),
-			Type:       raft.LogCommand,
-			AppendedAt: time.Unix(0, int64(binary.BigEndian.Uint64(fixed[17:]))),
-		}
-		n, sum := binary.BigEndian.Uint32(fixed[25:]), binary.BigEndian.Uint32(fixed[29:])
-		if l.Index < next || l.Index > k.meta.Index {
-			return fmt.Errorf("node: snapshot stream: record index %d outside [%d, %d]", l.Index, next, k.meta.Index)
-		}
-		if n > maxStateSize {
-			return fmt.Errorf("node: snapshot stream: record of %d bytes", n)
-		}
-		l.Data = make([]byte, n)
-		if _, err := io.ReadFull(r, l.Data); err != nil {
-			return fmt.Errorf("node: snapshot stream record at index %d: %w", l.Index, err)
-		}
-		if crc32.Checksum(l.Data, crcTable) != sum {
-			return fmt.Errorf("node: snapshot stream record at index %d fails its checksum", l.Index)
-		}
-		if err := noopsTo(l.Index); err != nil {
-			return err
-		}
-		if err := add(l); err != nil {
-			return err
-		}
-		records++
-	}
-	if err := noopsTo(k.meta.Index + 1); err != nil {
-		return err
-	}
-	if err := flush(); err != nil {
-		return err
-	}
-	k.store.logger.Info("snapshot records stored", "floor", floor, "index", k.meta.Index, "records", records)
-	return nil
-}
-
-func expectEnd(r io.Reader, records uint64) error {
-	var tag [1]byte
-	if _, err := io.ReadFull(r, tag[:]); err != nil || tag[0] != 0 {
-		return fmt.Errorf("node: snapshot stream: missing end marker (%v)", err)
-	}
-	return expectCount(r, records)
-}
-
-func expectCount(r io.Reader, records uint64) error {
-	var b [8]byte
-	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return fmt.Errorf("node: snapshot stream end: %w", err)
-	}
-	if got := binary.BigEndian.Uint64(b[:]); got != records {
-		return fmt.Errorf("node: snapshot stream ends claiming %d records, %d came", got, records)
-	}
-	var extra [1]byte
-	if n, _ := r.Read(extra[:]); n != 0 {
-		return errors.New("node: snapshot stream: bytes after the end marker")
-	}
-	return nil
-}
-
-// writeFileSync writes path atomically and durably: a temporary file,
-// fsync, rename, fsync of the directory.
-func writeFileSync(path string, b []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(b)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("node: write %s: %w", path, err)
-	}
-	return vfs.Default.SyncDir(filepath.Dir(path))
 }
