@@ -243,7 +243,7 @@ func (m *faultMapping) Sync(off, n int) error {
 }
 
 // faultHandlers adds the fault-injection endpoints to mux.
-func (n *Node) faultHandlers(mux *http.ServeMux) {
+func (n *Node) faultHandlers(mux *certMux) {
 	mux.HandleFunc("POST /fault/partition", func(w http.ResponseWriter, r *http.Request) {
 		var peers []string
 		for _, p := range strings.Split(r.URL.Query().Get("peers"), ",") {
