@@ -13,6 +13,42 @@ import (
 	"github.com/raftlog/raftlog/node"
 )
 
+// A binary built the normal way (go build, no tags) refuses fault
+// injection, by flag and by variable, with a clear error, and does not
+// list the flag; one built with -tags faultinject, as cluster-test builds
+// it, takes it.
+func TestReleaseBinaryRefusesFaultInjection(t *testing.T) {
+	h := newServeHarness(t)
+	dir := filepath.Join(h.dir, "d")
+	for _, tc := range []struct {
+		name string
+		env  []string
+		args []string
+	}{
+		{"flag", nil, []string{"serve", "--id", "n1", "--data-dir", dir, "--raft-addr", "127.0.0.1:0", "--client-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0", "--fault-injection"}},
+		{"variable", []string{"RAFTLOG_FAULT_INJECTION=true"}, []string{"serve", "--id", "n1", "--data-dir", dir, "--raft-addr", "127.0.0.1:0", "--client-addr", "127.0.0.1:0", "--admin-addr", "127.0.0.1:0"}},
+	} {
+		out, errOut, code := h.cliEnv(tc.env, tc.args...)
+		want := "--fault-injection (or RAFTLOG_FAULT_INJECTION): " + node.ErrNoFaultInjection.Error()
+		if code != 2 || !strings.Contains(errOut, want) {
+			t.Errorf("release binary, fault injection by %s: exit status %d, stdout %q, stderr %q; want 2 and %q", tc.name, code, out, errOut, want)
+		}
+	}
+	if out := h.mustCLI("serve", "-h"); strings.Contains(out, "fault-injection") || strings.Contains(out, "/fault/") {
+		t.Errorf("the release binary's serve -h mentions fault injection:\n%s", out)
+	}
+
+	tagged := newServeHarness(t, "-tags", "faultinject")
+	if out := tagged.mustCLI("serve", "-h"); !strings.Contains(out, "--fault-injection") {
+		t.Errorf("the faultinject binary's serve -h does not list --fault-injection:\n%s", out)
+	}
+	// Past the check: the next one asks for the admin address.
+	_, errOut, code := tagged.cliEnv([]string{"RAFTLOG_FAULT_INJECTION=true"}, "serve", "--id", "n1", "--data-dir", dir)
+	if code != 2 || !strings.Contains(errOut, "--fault-injection needs --admin-addr") {
+		t.Errorf("faultinject binary: exit status %d, stderr %q; want the admin address asked for", code, errOut)
+	}
+}
+
 // A node run as operators run it, with TLS, client authentication and an
 // admin list: a client that is no admin appends but is refused a trim
 // with PermissionDenied naming it, an admin trims, and the admin port

@@ -95,6 +95,9 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.Var(namesValue{&tlsConf.Admins}, "tls-admins", "the client `names,...` (certificate common names) that may join other nodes, remove, transfer leadership and trim;\nwith TLS, no other client may")
 	fs.Var(sizeValue{&c.MinFreeBytes}, "min-free", "refuse appends (and keep serving reads) while the data dir's file system has less free `space`; default two segments (128MiB)")
 	fs.BoolVar(&c.FaultInjection, "fault-injection", false, "TESTS ONLY: serve /fault/partition, /fault/disk and /fault/nospace on --admin-addr")
+	if !node.FaultInjectionAvailable() {
+		fs.hidden["fault-injection"] = true // refused below
+	}
 	fs.Var(levelValue{&o.level}, "log-level", "log `level`: trace, debug, info, warn, error or off")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
 	fs.allFromEnv()
@@ -134,7 +137,10 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		}
 		c.TLS = &tlsConf
 	}
-	if c.FaultInjection && c.AdminAddr == "" {
+	switch {
+	case c.FaultInjection && !node.FaultInjectionAvailable():
+		return nil, usagef("--fault-injection (or %s): %v", envName("fault-injection"), node.ErrNoFaultInjection)
+	case c.FaultInjection && c.AdminAddr == "":
 		return nil, usagef("--fault-injection needs --admin-addr")
 	}
 	if !fs.given("leader-lease-timeout") {
