@@ -135,6 +135,7 @@ func newNodeMetrics() *nodeMetrics {
 	m.refusedPeers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_peer_connections_refused_total", Help: "Raft connections refused in the TLS handshake, by reason (not_a_node).",
 	}, []string{"reason"})
+	m.refusedPeers.WithLabelValues(refusedNotANode) // exported as 0 from the start
 	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
