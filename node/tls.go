@@ -44,7 +44,9 @@ type TLSConfig struct {
 	Admins []string
 }
 
-// tlsConfigs are the crypto/tls configurations of a node.
+// tlsConfigs are the crypto/tls configurations of a node. Every field is
+// set by load (refusedPeer by Node.start) before the listeners open, then
+// immutable.
 type tlsConfigs struct {
 	client *tls.Config // the client-protocol listener
 	raftIn *tls.Config // the raft listener
