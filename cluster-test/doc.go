@@ -102,8 +102,11 @@
 //	RAFTLOG_SOAK=10m go test -run TestSoak -timeout 0 -v ./cluster-test/
 //	go test -run TestFailoverGap -v ./cluster-test/  # the failover figure
 //
+// The tests build cmd/node with the build tag faultinject: a binary built
+// without it, as releases are, refuses --fault-injection.
 // RAFTLOG_NODE_BIN names a prebuilt node binary to use instead of building
-// cmd/node.
+// cmd/node; without the tag, the nemeses that need fault injection are
+// left out.
 //
 // # What it does not do
 //

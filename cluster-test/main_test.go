@@ -41,8 +41,9 @@ func skipShort(t *testing.T) {
 }
 
 // nodeBinary returns the path of the node binary, building cmd/node the
-// first time (without -race, whatever the test binary was built with), or
-// RAFTLOG_NODE_BIN when set.
+// first time (without -race, whatever the test binary was built with, and
+// with the build tag faultinject, without which it refuses
+// --fault-injection), or RAFTLOG_NODE_BIN when set.
 func nodeBinary(t *testing.T) string {
 	t.Helper()
 	binOnce.Do(func() {
@@ -75,12 +76,12 @@ func buildNode() (string, error) {
 		return "", err
 	}
 	start := time.Now()
-	cmd := exec.Command(goTool, "build", "-o", out, "github.com/raftlog/raftlog/cmd/node")
+	cmd := exec.Command(goTool, "build", "-tags", "faultinject", "-o", out, "github.com/raftlog/raftlog/cmd/node")
 	cmd.Env = append(childEnv(), "GOFLAGS=")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("go build ./cmd/node: %v\n%s", err, stderr.Bytes())
+		return "", fmt.Errorf("go build -tags faultinject ./cmd/node: %v\n%s", err, stderr.Bytes())
 	}
 	fmt.Fprintf(os.Stderr, "cluster-test: built cmd/node in %v\n", time.Since(start).Round(100*time.Millisecond))
 	return out, nil

@@ -27,8 +27,14 @@ type adminMember struct {
 // above its free-space reserve, and, on the leader, a quorum of voters can
 // store; see space.go). A node below its reserve is healthy: /health
 // answers 200 and says so in its body; /ready answers 503 with the reason.
+//
+// With TLS the admin server speaks HTTPS with the node's certificate. With
+// TLS client authentication, /status, /metrics and the fault endpoints
+// need a client certificate signed by the CA, as the client port does;
+// /health and /ready never do, so that probes that present none (a load
+// balancer's, Kubernetes') can read them.
 func (n *Node) adminHandler() http.Handler {
-	mux := http.NewServeMux()
+	mux := &certMux{ServeMux: http.NewServeMux(), need: n.tls != nil && n.tls.clientAuth}
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
 		st := adminStatus{Node: n.Status(), Clients: n.fsm.memberAddrs()}
 		if f := n.raft.GetConfiguration(); f.Error() == nil {
@@ -41,7 +47,7 @@ func (n *Node) adminHandler() http.Handler {
 		enc.SetIndent("", "  ")
 		enc.Encode(st)
 	})
-	mux.HandleFunc("GET /health", func(w http.ResponseWriter, r *http.Request) {
+	mux.open("GET /health", func(w http.ResponseWriter, r *http.Request) {
 		if n.removed.Load() {
 			http.Error(w, "removed from the cluster", http.StatusServiceUnavailable)
 			return
@@ -58,7 +64,7 @@ func (n *Node) adminHandler() http.Handler {
 		}
 		w.Write([]byte("ok\n"))
 	})
-	mux.HandleFunc("GET /ready", func(w http.ResponseWriter, r *http.Request) {
+	mux.open("GET /ready", func(w http.ResponseWriter, r *http.Request) {
 		if addr, _ := n.raft.LeaderWithID(); addr == "" {
 			http.Error(w, "no leader known", http.StatusServiceUnavailable)
 			return
@@ -79,5 +85,37 @@ func (n *Node) adminHandler() http.Handler {
 	if n.cfg.FaultInjection {
 		n.faultHandlers(mux)
 	}
-	return mux
+	return mux.ServeMux
+}
+
+// certMux registers admin handlers: with need, every handler but the open
+// ones answers 401 to a request without a verified client certificate.
+type certMux struct {
+	*http.ServeMux
+	need bool
+}
+
+// HandleFunc registers a handler that needs a certificate.
+func (m *certMux) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.Handle(pattern, http.HandlerFunc(h))
+}
+
+// Handle registers a handler that needs a certificate.
+func (m *certMux) Handle(pattern string, h http.Handler) {
+	if !m.need {
+		m.ServeMux.Handle(pattern, h)
+		return
+	}
+	m.ServeMux.Handle(pattern, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.TLS == nil || len(r.TLS.VerifiedChains) == 0 {
+			http.Error(w, "a client certificate signed by the cluster's CA is required", http.StatusUnauthorized)
+			return
+		}
+		h.ServeHTTP(w, r)
+	}))
+}
+
+// open registers a handler anyone may call.
+func (m *certMux) open(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.ServeMux.HandleFunc(pattern, h)
 }

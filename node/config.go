@@ -157,8 +157,10 @@ type Config struct {
 	SnapshotThreshold uint64
 
 	// FaultInjection, for cluster tests only, lets the admin server cut the
-	// node off from peers and fail its disk (see fault.go). Never set it
-	// in production.
+	// node off from peers and fail its disk (see fault.go). Only a test
+	// binary or one built with the build tag faultinject may set it
+	// (FaultInjectionAvailable); elsewhere Start returns
+	// ErrNoFaultInjection.
 	FaultInjection bool
 
 	// Logger receives the node's and raft's logs; default hclog to stderr
@@ -186,6 +188,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, errors.New("node: give either bootstrap peers or a join address, not both")
 	case o.RetentionBytes < 0 || o.RetentionAge < 0:
 		return o, errors.New("node: negative retention")
+	case o.FaultInjection && !FaultInjectionAvailable():
+		return o, ErrNoFaultInjection
 	}
 	if len(o.Bootstrap) > 0 {
 		self := false

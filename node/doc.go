@@ -49,6 +49,13 @@
 // everything committed before the read began. A stale read is served by
 // any node from what it has applied.
 //
+// Who may do what (authz.go): without Config.TLS, every client may run
+// every operation. With it, the raft port takes only certificates that
+// name a node (the URI SAN NodeURI(id)), and joining another node,
+// removing, transferring leadership and trimming need a client whose
+// certificate's common name is in TLSConfig.Admins; other clients and the
+// nodes themselves (which may join themselves) get PermissionDenied.
+//
 // Concurrency: a Node serves any number of client connections, each
 // pipelining requests (package transport); Close may be called from any
 // goroutine and waits for every request to finish. The leader proposes

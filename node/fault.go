@@ -12,6 +12,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -31,6 +32,23 @@ import (
 //
 // A partition is symmetric only if it is set on both sides; the tests set
 // it on every node.
+//
+// A release binary cannot turn it on: Config.FaultInjection is refused
+// (ErrNoFaultInjection) unless the binary was built with the build tag
+// faultinject or is a test binary (FaultInjectionAvailable). The tag is
+// opt-in, so that a binary built the normal way is safe; node's own tests
+// run in test binaries and need no tag; cluster-test builds cmd/node with
+// it. The code stays compiled in every build, unreachable in a release.
+
+// ErrNoFaultInjection is the error of Config.FaultInjection in a binary
+// that may not inject faults.
+var ErrNoFaultInjection = errors.New("node: fault injection is for tests only, and this binary is built without it (build tag faultinject)")
+
+// FaultInjectionAvailable reports whether Config.FaultInjection may be
+// set: in a binary built with the build tag faultinject, and in test
+// binaries (go test). A binary built the normal way (go build, go install)
+// refuses it: Start returns ErrNoFaultInjection.
+func FaultInjectionAvailable() bool { return faultInjectionBuilt || testing.Testing() }
 
 // faultPreamble starts every raft connection faultLayer dials, followed by
 // the dialer's raft address and a newline, so the accepting side knows
@@ -243,7 +261,7 @@ func (m *faultMapping) Sync(off, n int) error {
 }
 
 // faultHandlers adds the fault-injection endpoints to mux.
-func (n *Node) faultHandlers(mux *http.ServeMux) {
+func (n *Node) faultHandlers(mux *certMux) {
 	mux.HandleFunc("POST /fault/partition", func(w http.ResponseWriter, r *http.Request) {
 		var peers []string
 		for _, p := range strings.Split(r.URL.Query().Get("peers"), ",") {

@@ -20,6 +20,9 @@ type handler struct{ n *Node }
 // Handle implements transport.Handler.
 func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, error) {
 	n := h.n
+	if err := n.authorize(ctx, op, req); err != nil {
+		return nil, err
+	}
 	if _, ok := req.(*transport.StatusRequest); !ok && n.removed.Load() {
 		return nil, n.removedError()
 	}
@@ -45,6 +48,9 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 
 // Stream implements transport.Handler.
 func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *transport.ServerStream) error {
+	if err := h.n.authorize(ctx, op, req); err != nil {
+		return err
+	}
 	if h.n.removed.Load() {
 		return h.n.removedError()
 	}

@@ -40,6 +40,8 @@ import (
 //	raftlog_store_below_reserve                1 while the free bytes are below the reserve (--min-free)
 //	raftlog_store_errors_total{kind}           failed log and stable-store writes: no_space or io
 //	raftlog_appends_refused_total{reason}      appends refused by the leader: no_space or session_expired
+//	raftlog_requests_refused_total{op,reason}  requests refused for who sent them: permission (authz.go)
+//	raftlog_peer_connections_refused_total{reason}  raft connections refused in the TLS handshake: not_a_node
 //	raftlog_raft_term, raftlog_raft_last_index, raftlog_raft_commit_index,
 //	raftlog_raft_applied_index, raftlog_raft_first_index, raftlog_raft_leader (1 when leading)
 //
@@ -68,6 +70,9 @@ type nodeMetrics struct {
 
 	storeErrors    *prometheus.CounterVec // by kind: no_space, io
 	refusedAppends *prometheus.CounterVec // by reason: refusedSpace, refusedSession
+
+	refusedRequests *prometheus.CounterVec // by op and reason: refusedPermission
+	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode
 }
 
 var (
@@ -124,7 +129,14 @@ func newNodeMetrics() *nodeMetrics {
 	m.refusedAppends = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_appends_refused_total", Help: "Appends the leader refused, by reason (no_space, session_expired).",
 	}, []string{"reason"})
-	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends,
+	m.refusedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftlog_requests_refused_total", Help: "Client requests refused for who sent them, by op and reason (permission).",
+	}, []string{"op", "reason"})
+	m.refusedPeers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftlog_peer_connections_refused_total", Help: "Raft connections refused in the TLS handshake, by reason (not_a_node).",
+	}, []string{"reason"})
+	m.refusedPeers.WithLabelValues(refusedNotANode) // exported as 0 from the start
+	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
 	m.refused = f("raftlog_client_connections_refused_total", "Client connections refused because MaxConns were open.")

@@ -164,16 +164,17 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 // start does the work of Start; Close undoes whatever it did.
 func (n *Node) start(ctx context.Context) (err error) {
 	c := n.cfg
+	n.metrics = newNodeMetrics()
 	if c.TLS != nil {
-		if n.tls, err = c.TLS.load(); err != nil {
+		if n.tls, err = c.TLS.load(c.ID); err != nil {
 			return err
 		}
+		n.tls.refusedPeer = n.refusedPeer
 	}
 	flush := raftstore.SyncFlush
 	if c.Flush == FlushAsync {
 		flush = raftstore.AsyncFlush
 	}
-	n.metrics = newNodeMetrics()
 	n.space = &spaceGuard{dir: c.DataDir, reserve: c.MinFreeBytes, free: statfsFree(c.DataDir)}
 	// The store's metrics are exported natively (raftlog_store_*), not
 	// through go-metrics, whose bridge costs a quantile update per sample.
@@ -468,6 +469,9 @@ func (n *Node) listen() error {
 		if n.adminLn, err = net.Listen("tcp", c.AdminAddr); err != nil {
 			return fmt.Errorf("node: admin listener: %w", err)
 		}
+		if n.tls != nil {
+			n.adminLn = tls.NewListener(n.adminLn, n.tls.admin)
+		}
 		n.admin = &http.Server{Handler: n.adminHandler(), ReadHeaderTimeout: 10 * time.Second}
 		n.wg.Add(1)
 		go func() {
@@ -716,7 +720,7 @@ func (n *Node) joinCluster(ctx context.Context, via []string) error {
 			}
 			last = err
 			var te *transport.Error
-			if errors.As(err, &te) && te.Code == transport.CodeBadRequest {
+			if errors.As(err, &te) && (te.Code == transport.CodeBadRequest || te.Code == transport.CodePermissionDenied) {
 				return fmt.Errorf("node: join via %s: %w", addr, err)
 			}
 			if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" &&
@@ -756,6 +760,18 @@ func (n *Node) AdminAddr() string {
 		return ""
 	}
 	return n.adminLn.Addr().String()
+}
+
+// AdminURL returns the base URL of the HTTP admin server: https when TLS
+// is configured, "" if there is no admin server.
+func (n *Node) AdminURL() string {
+	switch {
+	case n.adminLn == nil:
+		return ""
+	case n.tls != nil:
+		return "https://" + n.AdminAddr()
+	}
+	return "http://" + n.AdminAddr()
 }
 
 // IsVoter reports whether the node votes: false while a new member

@@ -2,102 +2,39 @@ package node
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
-	"math/big"
+	"io"
 	"net"
-	"os"
-	"path/filepath"
+	"net/http"
+	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/raftlog/raftlog/internal/testcert"
 	"github.com/raftlog/raftlog/transport"
 )
 
-// testCA is a certificate authority generated for a test.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	dir  string
-	file string // PEM of the CA certificate
+// issueNode issues a certificate for node id, named by its common name and
+// its node URI.
+func issueNode(t *testing.T, ca *testcert.CA, id string) (certFile, keyFile string) {
+	return ca.Issue(t, id, NodeURI(id))
 }
 
-func newTestCA(t *testing.T, dir, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(24 * time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	ca := &testCA{cert: cert, key: key, dir: dir, file: filepath.Join(dir, name+"-ca.pem")}
-	writePEM(t, ca.file, "CERTIFICATE", der)
-	return ca
-}
-
-// issue writes a certificate for 127.0.0.1 usable as server and client,
-// and returns its cert and key files.
-func (ca *testCA) issue(t *testing.T, name string) (certFile, keyFile string) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(24 * time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kb, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(ca.dir, name+".pem"), filepath.Join(ca.dir, name+"-key.pem")
-	writePEM(t, certFile, "CERTIFICATE", der)
-	writePEM(t, keyFile, "EC PRIVATE KEY", kb)
-	return certFile, keyFile
-}
-
-func writePEM(t *testing.T, path, typ string, der []byte) {
-	t.Helper()
-	if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
+// tlsCluster starts n nodes with mutual TLS, each with a certificate that
+// names it, clients required to present certificates, and the admins.
+func tlsCluster(t *testing.T, ca *testcert.CA, n int, admins ...string) *testCluster {
+	return newTestCluster(t, n, func(cfg *Config) {
+		cert, key := issueNode(t, ca, cfg.ID)
+		cfg.TLS = &TLSConfig{CertFile: cert, KeyFile: key, CAFile: ca.File, ClientAuth: true, Admins: admins}
+	})
 }
 
 // dialTLS connects to a node's client address with an optional client
 // certificate.
-func dialTLS(addr string, ca *testCA, cert, key string) (*transport.Conn, error) {
-	pool, err := LoadCertPool(ca.file)
-	if err != nil {
-		return nil, err
-	}
-	conf := &tls.Config{RootCAs: pool, ServerName: "127.0.0.1"}
+func dialTLS(addr string, ca *testcert.CA, cert, key string) (*transport.Conn, error) {
+	conf := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"}
 	if cert != "" {
 		kp, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
@@ -114,20 +51,19 @@ func dialTLS(addr string, ca *testCA, cert, key string) (*transport.Conn, error)
 
 // With mutual TLS, raft runs between the nodes, a client with a
 // certificate from the cluster's CA is served, and clients without one, or
-// with one from another CA, or without TLS, are refused.
+// with one from another CA, or without TLS, are refused. The nodes, which
+// are no admins, join and are promoted (newTestCluster waits for it), and
+// the leader's status polls are answered, with their node certificates.
 func TestMutualTLS(t *testing.T) {
 	dir := t.TempDir()
-	ca := newTestCA(t, dir, "cluster")
-	other := newTestCA(t, dir, "other")
-	c := newTestCluster(t, 3, func(cfg *Config) {
-		cert, key := ca.issue(t, cfg.ID)
-		cfg.TLS = &TLSConfig{CertFile: cert, KeyFile: key, CAFile: ca.file, ClientAuth: true}
-	})
+	ca := testcert.NewCA(t, dir, "cluster")
+	other := testcert.NewCA(t, dir, "other")
+	c := tlsCluster(t, ca, 3)
 	leader := c.waitLeader()
 	if v := leader.voters(); v != 3 {
 		t.Fatalf("leader sees %d voters", v)
 	}
-	cert, key := ca.issue(t, "client")
+	cert, key := ca.Issue(t, "client")
 	conn, err := dialTLS(leader.ClientAddr(), ca, cert, key)
 	if err != nil {
 		t.Fatal(err)
@@ -150,7 +86,7 @@ func TestMutualTLS(t *testing.T) {
 	if err := call(dialTLS(leader.ClientAddr(), ca, "", "")); err == nil {
 		t.Fatal("a client without a certificate was served")
 	}
-	ocert, okey := other.issue(t, "stranger")
+	ocert, okey := other.Issue(t, "stranger")
 	if err := call(dialTLS(leader.ClientAddr(), ca, ocert, okey)); err == nil {
 		t.Fatal("a client with a certificate from another CA was served")
 	}
@@ -160,5 +96,69 @@ func TestMutualTLS(t *testing.T) {
 	}
 	if err := call(transport.NewConn(plain, nil)); err == nil {
 		t.Fatal("a plain TCP client was served")
+	}
+
+	for _, n := range c.nodes {
+		if n == leader {
+			continue
+		}
+		polled := n.metrics.requests.WithLabelValues(transport.OpStatus.String(), "ok")
+		waitFor(t, n.ID()+" answers the leader's status polls", func() bool { return counterValue(polled) > 0 })
+	}
+	for _, n := range c.nodes {
+		var m dto.Metric
+		n.metrics.requests.WithLabelValues(transport.OpJoin.String(), transport.CodePermissionDenied.String()).Write(&m)
+		if v := m.GetCounter().GetValue(); v != 0 {
+			t.Errorf("%s refused %v joins", n.ID(), v)
+		}
+	}
+}
+
+// With TLS the admin port speaks HTTPS; with client authentication,
+// /metrics and /status need a client certificate, /health and /ready do
+// not.
+func TestAdminPortHTTPS(t *testing.T) {
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, dir, "cluster")
+	c := newTestCluster(t, 1, func(cfg *Config) {
+		cert, key := issueNode(t, ca, cfg.ID)
+		cfg.TLS = &TLSConfig{CertFile: cert, KeyFile: key, CAFile: ca.File, ClientAuth: true}
+		cfg.AdminAddr = "127.0.0.1:0"
+	})
+	n := c.waitLeader()
+	get := func(conf *tls.Config, url string) (int, string) {
+		t.Helper()
+		hc := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: conf}}
+		resp, err := hc.Get(url)
+		if err != nil {
+			t.Fatalf("GET %s: %v", url, err)
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	anon := &tls.Config{RootCAs: ca.Pool}
+	withCert := &tls.Config{RootCAs: ca.Pool, Certificates: []tls.Certificate{ca.KeyPair(t, "prometheus")}}
+	if !strings.HasPrefix(n.AdminURL(), "https://") {
+		t.Fatalf("admin URL %s under TLS", n.AdminURL())
+	}
+	for _, tc := range []struct {
+		conf *tls.Config
+		path string
+		want int
+	}{
+		{anon, "/health", http.StatusOK},
+		{anon, "/ready", http.StatusOK},
+		{anon, "/metrics", http.StatusUnauthorized},
+		{anon, "/status", http.StatusUnauthorized},
+		{withCert, "/metrics", http.StatusOK},
+		{withCert, "/status", http.StatusOK},
+	} {
+		if code, body := get(tc.conf, n.AdminURL()+tc.path); code != tc.want {
+			t.Errorf("GET %s (client certificate: %v): %d %s, want %d", tc.path, tc.conf == withCert, code, body, tc.want)
+		}
+	}
+	if code, _ := get(nil, "http://"+n.AdminAddr()+"/health"); code != http.StatusBadRequest {
+		t.Errorf("plain HTTP to the admin port: %d, want 400", code)
 	}
 }

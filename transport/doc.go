@@ -36,5 +36,7 @@
 //
 // It does not retry, follow leaders or reconnect: a NotLeader error carries
 // the leader's address and the caller decides. It does not set up TLS; a
-// caller hands Serve and NewConn a net.Conn that may be a *tls.Conn.
+// caller hands Serve and NewConn a net.Conn that may be a *tls.Conn. Nor
+// does it decide who may do what: Serve hands each request the TLS state
+// of its connection (ConnectionState), and the Handler decides.
 package transport

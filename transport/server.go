@@ -3,6 +3,7 @@ package transport
 import (
 	"bufio"
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -31,6 +32,9 @@ type Handler interface {
 
 // Serve serves one client connection until the client closes it, ctx is
 // done, or the client breaks the protocol, and closes it before returning.
+// A TLS connection (one with a ConnectionState method, as *tls.Conn) has
+// its handshake completed first, within Limits.FrameTimeout, and its
+// state is handed to every request: see ConnectionState.
 // It returns nil for a clean end (the client closed, the connection idled
 // out, ctx was cancelled) and otherwise the error that ended it, which wraps
 // ErrMalformedFrame, ErrUnsupportedVersion, ErrFrameTooLarge or ErrProtocol
@@ -55,6 +59,17 @@ func Serve(ctx context.Context, nc net.Conn, handler Handler, limits Limits) err
 		inflight: make(map[uint64]*serverReq),
 		w:        newFrameWriter(nc, lim.WriteTimeout),
 	}
+	if tc, ok := nc.(tlsConn); ok {
+		st, err := handshake(ctx, tc, lim.FrameTimeout)
+		if err != nil {
+			nc.Close()
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+		ctx = context.WithValue(ctx, connStateKey{}, st)
+	}
 	// Requests are cancelled only after the connection is closed, so that a
 	// client sees the connection end rather than a Canceled it never asked
 	// for.
@@ -74,6 +89,37 @@ func Serve(ctx context.Context, nc net.Conn, handler Handler, limits Limits) err
 	}
 	s.mu.Unlock()
 	return err
+}
+
+// tlsConn is a TLS connection, as *tls.Conn.
+type tlsConn interface {
+	net.Conn
+	HandshakeContext(ctx context.Context) error
+	ConnectionState() tls.ConnectionState
+}
+
+// connStateKey is the context key of a request's *tls.ConnectionState.
+type connStateKey struct{}
+
+// ConnectionState returns the TLS state of the connection a request
+// arrived on, for a Handler's ctx, or nil when the connection is not TLS.
+// The handshake is complete: PeerCertificates and VerifiedChains hold what
+// the server's tls.Config asked for and verified. The caller must not
+// modify it.
+func ConnectionState(ctx context.Context) *tls.ConnectionState {
+	st, _ := ctx.Value(connStateKey{}).(*tls.ConnectionState)
+	return st
+}
+
+// handshake completes a TLS connection's handshake within timeout.
+func handshake(ctx context.Context, tc tlsConn, timeout time.Duration) (*tls.ConnectionState, error) {
+	tc.SetDeadline(time.Now().Add(timeout))
+	if err := tc.HandshakeContext(ctx); err != nil {
+		return nil, fmt.Errorf("transport: TLS handshake with %s: %w", tc.RemoteAddr(), err)
+	}
+	tc.SetDeadline(time.Time{})
+	st := tc.ConnectionState()
+	return &st, nil
 }
 
 // serverConn is the state of one served connection.

@@ -62,6 +62,7 @@ type flagSet struct {
 	args    string          // the synopsis of its arguments, after [flags]
 	summary string          // paragraphs under the synopsis
 	env     map[string]bool // flags that fall back to the environment
+	hidden  map[string]bool // flags the usage does not list
 }
 
 // newFlagSet returns the flag set of command cmd, which takes the
@@ -74,6 +75,7 @@ func newFlagSet(e *env, cmd, args, summary string) *flagSet {
 		args:    args,
 		summary: summary,
 		env:     map[string]bool{},
+		hidden:  map[string]bool{},
 	}
 	fs.SetOutput(io.Discard) // errors are reported by run, in one line
 	fs.Usage = func() {}
@@ -205,6 +207,9 @@ func (fs *flagSet) printUsage(w io.Writer) {
 	var b strings.Builder
 	n := 0
 	fs.VisitAll(func(f *flag.Flag) {
+		if fs.hidden[f.Name] {
+			return
+		}
 		n++
 		name, usage := flag.UnquoteUsage(f)
 		fmt.Fprintf(&b, "  --%s", f.Name)
@@ -381,6 +386,31 @@ func (v addrsValue) Set(s string) error {
 	}
 	if !added {
 		return errors.New("no address given")
+	}
+	return nil
+}
+
+// namesValue is a flag.Value of names separated by commas; a repeated flag
+// adds to the list.
+type namesValue struct{ names *[]string }
+
+func (v namesValue) String() string {
+	if v.names == nil {
+		return ""
+	}
+	return strings.Join(*v.names, ",")
+}
+
+func (v namesValue) Set(s string) error {
+	added := false
+	for _, a := range strings.Split(s, ",") {
+		if a = strings.TrimSpace(a); a != "" {
+			*v.names = append(*v.names, a)
+			added = true
+		}
+	}
+	if !added {
+		return errors.New("no name given")
 	}
 	return nil
 }

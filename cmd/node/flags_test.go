@@ -131,6 +131,15 @@ func TestServeFlags(t *testing.T) {
 		t.Errorf("bootstrap %+v", c.Bootstrap)
 	}
 
+	e, _, _ = testEnv(map[string]string{"RAFTLOG_TLS_ADMINS": "ops, ci"})
+	o, err = parseServe(e, []string{"--id=n3", "--data-dir", "d", "--tls-cert", "c.pem", "--tls-key", "k.pem", "--tls-ca", "ca.pem"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc := o.cfg.TLS; tc == nil || strings.Join(tc.Admins, "|") != "ops|ci" || tc.CertFile != "c.pem" || tc.ClientAuth {
+		t.Errorf("TLS config %+v", tc)
+	}
+
 	e, _, _ = testEnv(nil)
 	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--join", "127.0.0.1:7000,127.0.0.1:7010", "--join", "127.0.0.1:7020"})
 	if err != nil {
@@ -164,6 +173,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--initial-cluster-state", "old"}, nil, `--initial-cluster-state "old": want new or existing`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--tls-admins", "ops"}, nil, "TLS needs --tls-cert, --tls-key and --tls-ca (and --tls-client-auth and --tls-admins need TLS"},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d"}, map[string]string{"RAFTLOG_TLS_CLIENT_AUTH": "true"}, "TLS needs --tls-cert"},
 		{[]string{"append", "x"}, nil, "no cluster address: give --addrs host:port,... or set RAFTLOG_ADDRS"},
 		{[]string{"append", "--addrs", "127.0.0.1:1"}, nil, "no records"},
 		{[]string{"append", "--addrs", "127.0.0.1:1", "--stdin", "x"}, nil, "not both"},

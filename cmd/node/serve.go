@@ -92,8 +92,12 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.StringVar(&tlsConf.KeyFile, "tls-key", "", "the private key PEM `file` of --tls-cert")
 	fs.StringVar(&tlsConf.CAFile, "tls-ca", "", "the CA certificates PEM `file` that sign nodes' (and with --tls-client-auth, clients') certificates")
 	fs.BoolVar(&tlsConf.ClientAuth, "tls-client-auth", false, "require clients to present a certificate signed by --tls-ca (mutual TLS)")
+	fs.Var(namesValue{&tlsConf.Admins}, "tls-admins", "the client `names,...` (certificate common names) that may join other nodes, remove, transfer leadership and trim;\nwith TLS, no other client may")
 	fs.Var(sizeValue{&c.MinFreeBytes}, "min-free", "refuse appends (and keep serving reads) while the data dir's file system has less free `space`; default two segments (128MiB)")
 	fs.BoolVar(&c.FaultInjection, "fault-injection", false, "TESTS ONLY: serve /fault/partition, /fault/disk and /fault/nospace on --admin-addr")
+	if !node.FaultInjectionAvailable() {
+		fs.hidden["fault-injection"] = true // refused below
+	}
 	fs.Var(levelValue{&o.level}, "log-level", "log `level`: trace, debug, info, warn, error or off")
 	fs.BoolVar(&o.logJSON, "log-json", false, "log JSON lines")
 	fs.allFromEnv()
@@ -127,13 +131,16 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	if err := checkAdvertised("client", c.ClientAddr, c.ClientAdvertise); err != nil {
 		return nil, err
 	}
-	if tlsConf != (node.TLSConfig{}) {
+	if tlsConf.CertFile != "" || tlsConf.KeyFile != "" || tlsConf.CAFile != "" || tlsConf.ClientAuth || len(tlsConf.Admins) > 0 {
 		if tlsConf.CertFile == "" || tlsConf.KeyFile == "" || tlsConf.CAFile == "" {
-			return nil, usagef("TLS needs --tls-cert, --tls-key and --tls-ca")
+			return nil, usagef("TLS needs --tls-cert, --tls-key and --tls-ca (and --tls-client-auth and --tls-admins need TLS: without it there are no identities, and every client may run every operation)")
 		}
 		c.TLS = &tlsConf
 	}
-	if c.FaultInjection && c.AdminAddr == "" {
+	switch {
+	case c.FaultInjection && !node.FaultInjectionAvailable():
+		return nil, usagef("--fault-injection (or %s): %v", envName("fault-injection"), node.ErrNoFaultInjection)
+	case c.FaultInjection && c.AdminAddr == "":
 		return nil, usagef("--fault-injection needs --admin-addr")
 	}
 	if !fs.given("leader-lease-timeout") {
@@ -217,6 +224,9 @@ func serve(ctx context.Context, cfg node.Config, joinTimeout time.Duration) erro
 		sctx, cancel = context.WithTimeout(ctx, joinTimeout)
 		defer cancel()
 	}
+	if cfg.TLS == nil {
+		log.Info("TLS is off: every client that reaches the client port may run every operation, join, remove, transfer and trim included")
+	}
 	n, err := node.Start(sctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -224,7 +234,7 @@ func serve(ctx context.Context, cfg node.Config, joinTimeout time.Duration) erro
 		}
 		return err
 	}
-	log.Info("serving", "id", n.ID(), "client", n.ClientAddr(), "raft", n.RaftAddr(), "admin", n.AdminAddr(), "flush", cfg.Flush, "data_dir", cfg.DataDir)
+	log.Info("serving", "id", n.ID(), "client", n.ClientAddr(), "raft", n.RaftAddr(), "admin", n.AdminURL(), "flush", cfg.Flush, "data_dir", cfg.DataDir)
 	select {
 	case <-ctx.Done():
 	case <-n.Done():

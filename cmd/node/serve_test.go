@@ -35,9 +35,10 @@ type serveHarness struct {
 	dir string
 }
 
-// newServeHarness builds the binary into a temporary directory; it skips
-// the test in -short mode.
-func newServeHarness(t *testing.T) *serveHarness {
+// newServeHarness builds the binary into a temporary directory, the way a
+// release is built (go build, no tags) unless buildFlags say otherwise; it
+// skips the test in -short mode.
+func newServeHarness(t *testing.T, buildFlags ...string) *serveHarness {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("builds the binary and runs processes")
@@ -53,7 +54,10 @@ func newServeHarness(t *testing.T) *serveHarness {
 	h.bin = filepath.Join(h.dir, "node")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, gobin, "build", "-o", h.bin, ".").CombinedOutput()
+	args := append(append([]string{"build", "-o", h.bin}, buildFlags...), ".")
+	build := exec.CommandContext(ctx, gobin, args...)
+	build.Env = append(cleanEnv(), "GOFLAGS=")
+	out, err := build.CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}
@@ -145,11 +149,18 @@ func (h *serveHarness) dumpLog(n *procNode) {
 // status.
 func (h *serveHarness) cli(args ...string) (stdout, stderr string, code int) {
 	h.t.Helper()
+	return h.cliEnv(nil, args...)
+}
+
+// cliEnv is cli with the variables env (key=value) added to the clean
+// environment.
+func (h *serveHarness) cliEnv(env []string, args ...string) (stdout, stderr string, code int) {
+	h.t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	var o, e bytes.Buffer
 	cmd := exec.CommandContext(ctx, h.bin, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = append(cleanEnv(), env...)
 	cmd.Stdout, cmd.Stderr = &o, &e
 	err := cmd.Run()
 	if err != nil && cmd.ProcessState == nil {
@@ -169,13 +180,14 @@ func (h *serveHarness) mustCLI(args ...string) string {
 }
 
 // waitStatus asks the node at addr for its status, retrying while its
-// process starts: a bounded poll of an external process.
-func (h *serveHarness) waitStatus(addr string) statusJSON {
+// process starts: a bounded poll of an external process. extra are more
+// flags of status (--tls-*).
+func (h *serveHarness) waitStatus(addr string, extra ...string) statusJSON {
 	h.t.Helper()
 	const attempts, pause = 100, 100 * time.Millisecond
 	var last string
 	for range attempts {
-		out, errOut, code := h.cli("status", "--addrs", addr, "--json", "--timeout", "2s")
+		out, errOut, code := h.cli(append([]string{"status", "--addrs", addr, "--json", "--timeout", "2s"}, extra...)...)
 		if code == 0 {
 			var rows []statusJSON
 			if err := json.Unmarshal([]byte(out), &rows); err != nil || len(rows) != 1 {
