@@ -8,18 +8,21 @@ import (
 
 // Raft's timeouts. The defaults hold on a busy 2-core host: measured on
 // this project's machine with an idle 3-node cluster beside a CPU load
-// (see README, "Raft timeouts"), the old defaults of 400, 400 and 250 ms
-// elected new leaders by themselves, the leader's lease being the first
-// to lapse when the process was not scheduled for a quarter second. The
-// price is failover time: a follower notices a dead leader after
+// (see README, "Raft timeouts"), the former defaults of 400, 400 and
+// 250 ms elected new leaders by themselves, the leader's lease being the
+// first to lapse when the process was not scheduled for a quarter second.
+// The price is failover time: a follower notices a dead leader after
 // HeartbeatTimeout to twice that, and then needs an election.
 const (
 	// DefaultHeartbeatTimeout is Config.HeartbeatTimeout's default.
-	DefaultHeartbeatTimeout = 1000 * time.Millisecond
+	DefaultHeartbeatTimeout = 700 * time.Millisecond
 	// DefaultElectionTimeout is Config.ElectionTimeout's default.
-	DefaultElectionTimeout = 1000 * time.Millisecond
-	// DefaultLeaderLeaseTimeout is Config.LeaderLeaseTimeout's default.
-	DefaultLeaderLeaseTimeout = 500 * time.Millisecond
+	DefaultElectionTimeout = 700 * time.Millisecond
+	// DefaultLeaderLeaseTimeout is Config.LeaderLeaseTimeout's default:
+	// as long as raft allows (the heartbeat timeout), since the lease is
+	// what a starved leader loses first. Reads do not rely on it: they
+	// confirm the leadership with a quorum.
+	DefaultLeaderLeaseTimeout = 700 * time.Millisecond
 	// MinRaftTimeout is the least of each raft timeout (hashicorp/raft's
 	// own floor is 5 ms; below some tens of milliseconds a loaded Go
 	// process misses them all the time).

@@ -315,7 +315,7 @@ func TestServeRaftTimeoutFlags(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--leader-lease-timeout", "2s"}, "leader lease timeout 2s is longer than the heartbeat timeout 1s"},
+		{[]string{"--leader-lease-timeout", "2s"}, "leader lease timeout 2s is longer than the heartbeat timeout 700ms"},
 		{[]string{"--heartbeat-timeout", "2s", "--election-timeout", "1s"}, "election timeout 1s is shorter than the heartbeat timeout 2s"},
 		{[]string{"--heartbeat-timeout", "5ms"}, "heartbeat timeout 5ms is below 10ms"},
 		{[]string{"--election-timeout", "-1s"}, "negative timeout"},
