@@ -2,22 +2,18 @@ package client
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/raftlog/raftlog/internal/testcert"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -138,69 +134,11 @@ func TestNoSpaceOutranksLaterNotLeader(t *testing.T) {
 	}
 }
 
-// testCA is a certificate authority made for a test, in memory.
-type testCA struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-	pool *x509.CertPool // holds cert
-}
-
-func newTestCA(t *testing.T, name string) *testCA {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: name},
-		NotBefore:             time.Now().Add(-time.Hour),
-		NotAfter:              time.Now().Add(time.Hour),
-		IsCA:                  true,
-		KeyUsage:              x509.KeyUsageCertSign,
-		BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(cert)
-	return &testCA{cert: cert, key: key, pool: pool}
-}
-
-// issue returns a certificate for 127.0.0.1, for servers and clients.
-func (ca *testCA) issue(t *testing.T, name string) tls.Certificate {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()),
-		Subject:      pkix.Name{CommonName: name},
-		NotBefore:    time.Now().Add(-time.Hour),
-		NotAfter:     time.Now().Add(time.Hour),
-		KeyUsage:     x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:  []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
-		IPAddresses:  []net.IP{net.IPv4(127, 0, 0, 1)},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, &key.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
-}
-
 // tlsDial returns an Options.Dial that speaks TLS trusting ca, presenting
 // certs, and calls after with the outcome of every dial.
-func tlsDial(ca *testCA, certs []tls.Certificate, after func(addr string, err error)) func(context.Context, string) (net.Conn, error) {
+func tlsDial(ca *testcert.CA, certs []tls.Certificate, after func(addr string, err error)) func(context.Context, string) (net.Conn, error) {
 	return func(ctx context.Context, addr string) (net.Conn, error) {
-		d := &tls.Dialer{Config: &tls.Config{RootCAs: ca.pool, ServerName: "127.0.0.1", Certificates: certs}}
+		d := &tls.Dialer{Config: &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", Certificates: certs}}
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if after != nil {
 			after(addr, err)
@@ -212,12 +150,13 @@ func tlsDial(ca *testCA, certs []tls.Certificate, after func(addr string, err er
 // TLS failures are reported as such, not as the NotLeader replies and
 // timeouts that follow them.
 func TestTLSFailureReported(t *testing.T) {
-	good, other := newTestCA(t, "cluster"), newTestCA(t, "other")
+	dir := t.TempDir()
+	good, other := testcert.NewCA(t, dir, "cluster"), testcert.NewCA(t, dir, "other")
 	t.Run("leader's certificate from another CA", func(t *testing.T) {
 		fc := newTLSCluster(t, []*tls.Config{
-			{Certificates: []tls.Certificate{other.issue(t, "n0")}},
-			{Certificates: []tls.Certificate{good.issue(t, "n1")}},
-			{Certificates: []tls.Certificate{good.issue(t, "n2")}},
+			{Certificates: []tls.Certificate{other.KeyPair(t, "n0")}},
+			{Certificates: []tls.Certificate{good.KeyPair(t, "n1")}},
+			{Certificates: []tls.Certificate{good.KeyPair(t, "n2")}},
 		})
 		opts := fastOptions()
 		opts.RequestTimeout = 200 * time.Millisecond
@@ -246,14 +185,14 @@ func TestTLSFailureReported(t *testing.T) {
 	})
 	t.Run("client certificate refused", func(t *testing.T) {
 		mutual := func(name string) *tls.Config {
-			return &tls.Config{Certificates: []tls.Certificate{good.issue(t, name)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: good.pool}
+			return &tls.Config{Certificates: []tls.Certificate{good.KeyPair(t, name)}, ClientAuth: tls.RequireAndVerifyClientCert, ClientCAs: good.Pool}
 		}
 		fc := newTLSCluster(t, []*tls.Config{mutual("n0"), mutual("n1")})
 		opts := fastOptions()
 		// Once every member has refused the handshake, no retry can
 		// help: the client gives up then, not after RetryTimeout.
 		opts.RetryTimeout = 30 * time.Second
-		opts.Dial = tlsDial(good, []tls.Certificate{other.issue(t, "client")}, nil)
+		opts.Dial = tlsDial(good, []tls.Certificate{other.KeyPair(t, "client")}, nil)
 		// TLS 1.3: the client's side of the handshake completes before the
 		// member checks its certificate, so Dial succeeds.
 		c := dialT(t, fc.addrs(), opts)

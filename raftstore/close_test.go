@@ -8,29 +8,19 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/internal/testwait"
 )
 
 // closedCallDeadline bounds each call made after Close: a call that spins
 // or blocks fails the test instead of hanging it.
 const closedCallDeadline = 10 * time.Second
 
-// callBounded runs f on its own goroutine and fails the test if it does
-// not return within closedCallDeadline or panics.
+// callBounded runs f and fails the test if it does not return within
+// closedCallDeadline, or panics.
 func callBounded(t *testing.T, name string, f func()) {
 	t.Helper()
-	done := make(chan any, 1)
-	go func() {
-		defer func() { done <- recover() }()
-		f()
-	}()
-	select {
-	case p := <-done:
-		if p != nil {
-			t.Fatalf("%s after Close panicked: %v", name, p)
-		}
-	case <-time.After(closedCallDeadline):
-		t.Fatalf("%s after Close did not return within %v", name, closedCallDeadline)
-	}
+	testwait.Within(t, name+" after Close", closedCallDeadline, f)
 }
 
 // closedStoreCalls are the calls of a Store that return an error; each must
