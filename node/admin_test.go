@@ -8,6 +8,8 @@ import (
 	"testing"
 )
 
+// get fetches path from n's admin address and returns the status code
+// and the body.
 func get(t *testing.T, n *Node, path string) (int, string) {
 	t.Helper()
 	resp, err := http.Get("http://" + n.AdminAddr() + path)

@@ -21,14 +21,11 @@ import (
 // (none if cert is ""), sends a probe and returns the answer.
 func probeWith(addr string, ca *testcert.CA, cert, key string) (probeAnswer, error) {
 	var a probeAnswer
-	conf := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS13}
-	if cert != "" {
-		kp, err := tls.LoadX509KeyPair(cert, key)
-		if err != nil {
-			return a, err
-		}
-		conf.Certificates = []tls.Certificate{kp}
+	conf, err := clientTLS(ca, cert, key)
+	if err != nil {
+		return a, err
 	}
+	conf.MinVersion = tls.VersionTLS13 // the raft port's
 	c, err := tls.Dial("tcp", addr, conf)
 	if err != nil {
 		return a, err

@@ -2,9 +2,7 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -114,10 +112,10 @@ func TestNoSpaceOnFollowers(t *testing.T) {
 	if st := followers[0].Status(); !st.Store.BelowReserve {
 		t.Fatalf("follower's status: %+v", st.Store)
 	}
-	if code, body := adminGet(t, leader, "/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
+	if code, body := get(t, leader, "/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
 		t.Fatalf("leader's /ready: %d %s", code, body)
 	}
-	if code, body := adminGet(t, followers[0], "/health"); code != http.StatusOK || !strings.Contains(body, "below its free-space reserve") {
+	if code, body := get(t, followers[0], "/health"); code != http.StatusOK || !strings.Contains(body, "below its free-space reserve") {
 		t.Fatalf("follower's /health: %d %s", code, body)
 	}
 	if v := counterValue(leader.metrics.refusedAppends.WithLabelValues(refusedSpace)); v < 1 {
@@ -137,7 +135,7 @@ func TestNoSpaceOnFollowers(t *testing.T) {
 	if resp.Indexes[0] <= tr.Index {
 		t.Fatalf("append after the trim at %d stored at %v", tr.Index, resp.Indexes)
 	}
-	if code, body := adminGet(t, leader, "/ready"); code != http.StatusOK {
+	if code, body := get(t, leader, "/ready"); code != http.StatusOK {
 		t.Fatalf("leader's /ready after space was freed: %d %s", code, body)
 	}
 	waitApplied(t, c.nodes, 20*time.Second)
@@ -182,20 +180,6 @@ func TestFollowerOutOfSpaceRecovers(t *testing.T) {
 		t.Fatal("the follower stopped")
 	default:
 	}
-}
-
-func adminGet(t *testing.T, n *Node, path string) (int, string) {
-	t.Helper()
-	resp, err := http.Get("http://" + n.AdminAddr() + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil && !errors.Is(err, io.EOF) {
-		t.Fatal(err)
-	}
-	return resp.StatusCode, string(b)
 }
 
 // counterValue reads a counter.

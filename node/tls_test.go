@@ -31,16 +31,27 @@ func tlsCluster(t *testing.T, ca *testcert.CA, n int, admins ...string) *testClu
 	})
 }
 
-// dialTLS connects to a node's client address with an optional client
-// certificate.
-func dialTLS(addr string, ca *testcert.CA, cert, key string) (*transport.Conn, error) {
-	conf := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1"}
+// clientTLS is the TLS configuration of a test's client of 127.0.0.1 that
+// trusts ca and presents the certificate in cert and key (none if cert is
+// "").
+func clientTLS(ca *testcert.CA, cert, key string) (*tls.Config, error) {
+	conf := &tls.Config{RootCAs: ca.Pool, ServerName: "127.0.0.1", MinVersion: tls.VersionTLS12}
 	if cert != "" {
 		kp, err := tls.LoadX509KeyPair(cert, key)
 		if err != nil {
 			return nil, err
 		}
 		conf.Certificates = []tls.Certificate{kp}
+	}
+	return conf, nil
+}
+
+// dialTLS connects to a node's client address with an optional client
+// certificate.
+func dialTLS(addr string, ca *testcert.CA, cert, key string) (*transport.Conn, error) {
+	conf, err := clientTLS(ca, cert, key)
+	if err != nil {
+		return nil, err
 	}
 	nc, err := tls.Dial("tcp", addr, conf)
 	if err != nil {
