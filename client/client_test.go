@@ -286,6 +286,7 @@ func TestAppendNonRetryableCodes(t *testing.T) {
 		transport.CodeBadRequest, transport.CodeTooLarge, transport.CodeTrimmed, transport.CodeNotFound,
 		transport.CodeUnknownOp, transport.CodeUnsupportedVersion, transport.CodeInternal,
 		transport.CodeSessionExpired, transport.CodePermissionDenied, transport.CodeFailedPrecondition,
+		transport.CodeNoSpace,
 	} {
 		t.Run(code.String(), func(t *testing.T) {
 			fc := newCluster(t, 3)
@@ -323,7 +324,6 @@ func TestAppendRetryableCodes(t *testing.T) {
 		{transport.CodeUnavailable, false},
 		{transport.CodeCanceled, false},
 		{transport.CodeTimeout, true},
-		{transport.CodeNoSpace, false},
 	} {
 		t.Run(tc.code.String(), func(t *testing.T) {
 			fc := newCluster(t, 3)
