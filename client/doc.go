@@ -65,14 +65,13 @@
 // while none of its appends may have been stored, then the oldest sequence
 // number it has in flight. With it, the cluster refuses with
 // SessionExpired, instead of storing a second time, an Append it cannot
-// check: a retry whose session was evicted, a sequence number below the
-// session's window, or an Append under an id it does not know from a
-// Client that may have stored appends already (for example a second Client
-// given the same ClientID). SessionExpired is returned at once; the Append
-// was not stored by that attempt. Read the log to learn what was stored,
-// and go on with a new Client. Left open: a Client with no Append finished
-// yet, whose session was evicted and then forgotten while it retried one,
-// may have that one stored twice.
+// check: a retry whose session was evicted, or a sequence number below the
+// session's window. SessionExpired is returned at once; the Append was not
+// stored by that attempt. Read the log to learn what was stored, and go on
+// with a new Client. An id the cluster neither holds nor remembers
+// evicting has no entry in the log, and opens a new session. Left open: a
+// Client whose session was evicted and then forgotten (73,728 newer
+// sessions) while it retried an Append may have that one stored twice.
 //
 // Reads are retried like appends. Join, Remove, TransferLeadership and Trim
 // are retried only when they certainly did not run: after NotLeader,

@@ -366,9 +366,16 @@ func (m *member) stop() error {
 	select {
 	case <-p.done:
 	case <-time.After(stopTimeout):
-		p.cmd.Process.Signal(syscall.SIGKILL)
-		<-p.done
-		return fmt.Errorf("%s: still running %v after SIGTERM; killed; log ends:\n%s", m.id, stopTimeout, m.logTail(2048))
+		// SIGQUIT first: the Go runtime writes every goroutine's stack
+		// to the log, which says where the stop hung.
+		p.cmd.Process.Signal(syscall.SIGQUIT)
+		select {
+		case <-p.done:
+		case <-time.After(killTimeout):
+			p.cmd.Process.Signal(syscall.SIGKILL)
+			<-p.done
+		}
+		return fmt.Errorf("%s: still running %v after SIGTERM; SIGQUIT for its stacks (in its log), then killed; log ends:\n%s", m.id, stopTimeout, m.logTail(2048))
 	}
 	if !p.state.Success() {
 		return fmt.Errorf("%s: SIGTERM: exited with %v, want exit status 0; log ends:\n%s", m.id, p.state, m.logTail(2048))
@@ -717,6 +724,9 @@ func (c *cluster) waitVoter(ctx context.Context, m *member, timeout time.Duratio
 			return false, nil
 		}
 		var st struct {
+			Node struct {
+				Voting bool `json:"voting"`
+			} `json:"node"`
 			Members []struct {
 				ID       string `json:"id"`
 				Suffrage string `json:"suffrage"`
@@ -727,8 +737,11 @@ func (c *cluster) waitVoter(ctx context.Context, m *member, timeout time.Duratio
 		}
 		for _, s := range st.Members {
 			if s.ID == m.id {
-				why = fmt.Sprintf("%s is a %s", m.id, s.Suffrage)
-				return s.Suffrage == "Voter", nil
+				// A wiped member's configuration names its old self a
+				// voter until the leader replaces it: only the node's
+				// own voting state says it was promoted.
+				why = fmt.Sprintf("%s is a %s, voting %v", m.id, s.Suffrage, st.Node.Voting)
+				return s.Suffrage == "Voter" && st.Node.Voting, nil
 			}
 		}
 		why = fmt.Sprintf("%s is not a member", m.id)

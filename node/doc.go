@@ -34,9 +34,9 @@
 // as the client keeps fewer than 1,024 appends in flight (the session
 // window); a retry is answered with the original indexes. The state machine
 // keeps 8,192 sessions and remembers 65,536 evicted ones; an Append it
-// cannot check (its session evicted, or unknown to it while the client
-// says it may have stored appends) is refused with SessionExpired, never
-// stored twice, except in the case sessions.go leaves open.
+// cannot check (its session evicted while the client may still retry what
+// it stored) is refused with SessionExpired, never stored twice, except in
+// the case sessions.go leaves open.
 //
 // Space: while the leader or a quorum of voters is below its free-space
 // reserve (Config.MinFreeBytes) the leader refuses appends with NoSpace

@@ -530,6 +530,7 @@ func (n *Node) Status() transport.StatusResponse {
 	s := transport.StatusResponse{
 		NodeID:       n.cfg.ID,
 		Role:         role,
+		Voting:       n.gate.allowed.Load() && !n.removed.Load(),
 		LeaderID:     string(leader),
 		Term:         n.raft.CurrentTerm(),
 		FirstIndex:   n.fsm.readView().floor,

@@ -25,19 +25,21 @@ import (
 //     the client promises never to send again what lies below its base,
 //     so it cannot be a retry of anything the evicted session saw.
 //     The session then starts again with that base as its floor.
-//   - unknown sessions (never seen, or evicted longer ago than the last
-//     maxEvicted evictions): an Append is stored only if its base is 1,
-//     which the client sends while none of its finished Appends may have
-//     been stored: the session is new as far as the client knows.
-//     An older client, which sends no base, is taken at its word as
-//     before.
+//   - unknown sessions: the client id is neither held nor among the
+//     evicted ones, so no entry of it is in the log (the state machine
+//     applies entries in log order, and a retry is applied after the
+//     attempt it repeats), or it was evicted longer ago than the last
+//     maxEvicted evictions. The first is by far the likelier, and the
+//     usual case of a new Client whose first Appends met a leader change
+//     (its base has moved past 1, since those may have been stored): the
+//     session opens. Refusing it would turn every failover a new Client
+//     meets into SessionExpired.
 //
 // Everything else is refused with errSessionExpired (the client sees
-// SessionExpired) and stored as a void entry. What is left open: a
-// client none of whose Appends finished, whose session was evicted and
-// then forgotten (maxSessions + maxEvicted other sessions created
-// meanwhile) while one of them was still being retried, gets that one
-// stored twice.
+// SessionExpired) and stored as a void entry. What is left open: a client
+// whose session was evicted and then forgotten (maxSessions + maxEvicted
+// other sessions created meanwhile, 73,728) while one of its Appends was
+// still being retried gets that one stored twice.
 const (
 	// maxEvicted bounds the evicted sessions remembered (24 bytes each in
 	// memory, about 12 in a snapshot).
@@ -135,10 +137,6 @@ func (f *fsm) openSession(c recordCmd) (*session, error) {
 		}
 		delete(f.evicted, hash)
 		floor = c.base
-	} else if c.base > 1 {
-		return nil, sessionErr(c.client, c.seq, fmt.Sprintf(
-			"the cluster holds no session of the client (never seen, or evicted long ago: it keeps %d sessions and remembers %d evicted ones) and the client has appends that may have been stored",
-			maxSessions, maxEvicted))
 	}
 	s := &session{id: c.client, floor: floor, reqs: map[uint64]*request{}}
 	s.elem = f.lru.PushFront(s)

@@ -257,6 +257,11 @@ type StatusResponse struct {
 	// or Deciding (no raft state yet: learning whether to bootstrap a new
 	// cluster or rejoin a running one), or Removed (removed from the cluster).
 	Role string `msgpack:"role" json:"role"`
+	// Voting says the node grants and requests votes. It is false while
+	// the node decides whether to bootstrap, while a new member (or one
+	// that lost its data) catches up before its promotion, and once it was
+	// removed, whatever its raft configuration says.
+	Voting bool `msgpack:"voting,omitempty" json:"voting"`
 	// LeaderID is the leader's node id, empty when unknown.
 	LeaderID string `msgpack:"leader_id,omitempty" json:"leader_id,omitempty"`
 	// LeaderAddr is the leader's client address, empty when unknown.
