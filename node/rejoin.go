@@ -22,9 +22,9 @@ import (
 // its state is a different member. So a new node:
 //
 //   - does not vote (voteGate) until its own log makes it a voter;
-//   - joins with Fresh set: the leader first removes any server of the same
-//     id (committing that on the remaining voters, which therefore hold
-//     every committed entry), then adds the node as a nonvoter;
+//   - joins with Fresh set: the leader demotes a server of the same id to a
+//     nonvoter (committing that on the remaining voters, which therefore
+//     hold every committed entry), or adds the node as one (joinNew);
 //   - once it has caught up with the commit index, asks to be promoted
 //     (promoteLoop), and starts voting when its configuration names it a
 //     voter and its log holds the entry that added it as a nonvoter: the
@@ -215,8 +215,21 @@ func (n *Node) promoteLoop() {
 	}
 }
 
-// joinNew handles a Join from a new member (Fresh): it removes a server of
-// the same id, which lost its state, then adds the node as a nonvoter.
+// joinNew handles a Join from a new member (Fresh). A server of the same
+// id lost its state: at the same address it is demoted to a nonvoter (one
+// configuration change, committed by the other voters, which therefore
+// hold every committed entry); at another address it is removed and the
+// node added as a nonvoter.
+//
+// Not remove-then-add at the same address: hashicorp/raft v1.8.0 stops
+// the removed server's replication with a last best effort to bring it up
+// to date, which runs beside the new server's replication to the same
+// address. That one starts from the old server's place in the log, finds
+// the new node's log empty, and sends it the latest snapshot, even after
+// the new replication has brought the node past it; installing a snapshot
+// resets the node's configuration to the snapshot's, which undid the
+// node's promotion (cluster-test, TestRandomized seed 1: the wiped node
+// stayed a nonvoter in its own eyes while the leader counted it a voter).
 func (n *Node) joinNew(r *transport.JoinRequest, cfg raft.Configuration) (uint64, error) {
 	if r.NodeID == n.cfg.ID {
 		return 0, &transport.Error{Code: transport.CodeBadRequest, Message: errRemovingSelf.Error()}
@@ -225,7 +238,21 @@ func (n *Node) joinNew(r *transport.JoinRequest, cfg raft.Configuration) (uint64
 		if string(s.ID) != r.NodeID {
 			continue
 		}
-		n.cfg.Logger.Warn("a member rejoins without its state: replacing it", "id", r.NodeID, "raft", r.RaftAddr)
+		if string(s.Address) == r.RaftAddr {
+			if s.Suffrage == raft.Nonvoter {
+				// A new member asking again (it restarted before it
+				// learnt the index): the entry that made it one is at or
+				// below the last index.
+				return n.raft.LastIndex(), nil
+			}
+			n.cfg.Logger.Warn("a member rejoins without its state: a nonvoter until it has caught up", "id", r.NodeID, "raft", r.RaftAddr)
+			f := n.raft.DemoteVoter(s.ID, 0, enqueueTimeout)
+			if err := f.Error(); err != nil {
+				return 0, n.raftError(err)
+			}
+			return f.Index(), nil
+		}
+		n.cfg.Logger.Warn("a member rejoins without its state at another address: replacing it", "id", r.NodeID, "old", s.Address, "raft", r.RaftAddr)
 		f := n.raft.RemoveServer(s.ID, 0, enqueueTimeout)
 		if err := f.Error(); err != nil {
 			return 0, n.raftError(err)
