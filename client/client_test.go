@@ -286,7 +286,6 @@ func TestAppendNonRetryableCodes(t *testing.T) {
 		transport.CodeBadRequest, transport.CodeTooLarge, transport.CodeTrimmed, transport.CodeNotFound,
 		transport.CodeUnknownOp, transport.CodeUnsupportedVersion, transport.CodeInternal,
 		transport.CodeSessionExpired, transport.CodePermissionDenied, transport.CodeFailedPrecondition,
-		transport.CodeNoSpace,
 	} {
 		t.Run(code.String(), func(t *testing.T) {
 			fc := newCluster(t, 3)
@@ -324,6 +323,7 @@ func TestAppendRetryableCodes(t *testing.T) {
 		{transport.CodeUnavailable, false},
 		{transport.CodeCanceled, false},
 		{transport.CodeTimeout, true},
+		{transport.CodeNoSpace, false},
 	} {
 		t.Run(tc.code.String(), func(t *testing.T) {
 			fc := newCluster(t, 3)

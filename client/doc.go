@@ -30,9 +30,7 @@
 // the members tried, the number of attempts and the cause (see below).
 // Error codes that retrying cannot help (BadRequest, TooLarge, Trimmed,
 // NotFound, UnknownOp, UnsupportedVersion, Internal, SessionExpired,
-// PermissionDenied, FailedPrecondition) and NoSpace (appends refused while
-// too few members have free space: it takes a trim, retention or an
-// operator to mend) are returned at once, wrapped, so
+// PermissionDenied, FailedPrecondition) are returned at once, wrapped, so
 // errors.Is(err, &transport.Error{Code: c}) and transport.ErrorCode work.
 //
 // What a failed attempt leads to:
@@ -43,7 +41,8 @@
 //     connections open as it allows and refused ours): the next member.
 //     Once every known member has failed the TLS handshake, the client
 //     gives up at once: a certificate problem does not mend by waiting.
-//   - Busy for one request (too many in flight on the connection): the
+//   - Busy for one request (too many in flight on the connection) and
+//     NoSpace (appends refused while too few members have free space): the
 //     same member, after a backoff, until the retries run out.
 //   - A lost connection or no reply within RequestTimeout: the same member
 //     or the next, for requests that may be repeated (see below).

@@ -56,12 +56,9 @@ func classify(err error, repeatable bool) (act action, leader string, ambiguous 
 			}
 			return again, "", false // refused before it ran
 		case transport.CodeNoSpace:
-			// Refused before anything was stored, for want of space on
-			// too many members: it takes a trim, retention or an
-			// operator to mend, not a retry a moment later. Returned at
-			// once, like PermissionDenied; the caller decides when to
-			// try again.
-			return stop, "", false
+			// Refused before anything was stored; space may be freed
+			// before the retries run out.
+			return again, "", false
 		case transport.CodeTimeout:
 			if repeatable {
 				return again, "", false

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -92,25 +93,44 @@ func TestBusyAtConnectionLimitMovesOn(t *testing.T) {
 	}
 }
 
-// NoSpace is returned at once, after the one attempt that met it: it takes
-// a trim or an operator to mend, and waiting out the retries would only
-// hide it behind the NotLeader replies of a later election.
-func TestNoSpaceReturnedAtOnce(t *testing.T) {
+// A NoSpace refusal is retried until the retries run out, and then reported
+// rather than the NotLeader replies that came after it.
+func TestNoSpaceOutranksLaterNotLeader(t *testing.T) {
 	fc := newCluster(t, 3)
 	const why = "appends refused: n1, n2 are below the free-space reserve"
+	var once sync.Once
 	fc.setScript(func(_ context.Context, h *fakeHandler, op transport.Op, req any) (any, error, bool) {
+		refuse := false
+		once.Do(func() {
+			fc.setLeader(-1) // from now on every member answers NotLeader
+			refuse = true
+		})
+		if !refuse {
+			return nil, nil, false
+		}
 		return nil, &transport.Error{Code: transport.CodeNoSpace, Message: why}, true
 	})
 	opts := fastOptions()
+	opts.RetryTimeout = 500 * time.Millisecond
 	c := dialT(t, fc.addrs(), opts)
 	_, err := c.Append(testCtx(t), []byte("x"))
 	t.Log(err)
 	var re *RetryError
-	if errors.As(err, &re) || transport.ErrorCode(err) != transport.CodeNoSpace || !strings.Contains(err.Error(), why) {
-		t.Fatalf("append: %v, want the NoSpace refusal itself, not a RetryError", err)
+	if !errors.As(err, &re) || transport.ErrorCode(err) != transport.CodeNoSpace {
+		t.Fatalf("append: %v, want a RetryError with NoSpace", err)
 	}
-	if n := fc.count(0, transport.OpAppend) + fc.count(1, transport.OpAppend) + fc.count(2, transport.OpAppend); n != 1 {
-		t.Errorf("%d appends served, want the one that met NoSpace", n)
+	msg := err.Error()
+	if !strings.HasPrefix(msg, "client: append: gave up after ") || !strings.Contains(msg, fc.members[0].addr+": transport: NoSpace: "+why) {
+		t.Errorf("message %q does not report the NoSpace refusal", msg)
+	}
+	if transport.ErrorCode(re.Last) != transport.CodeNotLeader || !strings.Contains(msg, "; last error: ") {
+		t.Errorf("last error %v, want the NotLeader that came last, in %q", re.Last, msg)
+	}
+	if errors.Is(err, &transport.Error{Code: transport.CodeNotLeader}) {
+		t.Errorf("%v unwraps to NotLeader", err)
+	}
+	if n := fc.count(0, transport.OpAppend) + fc.count(1, transport.OpAppend) + fc.count(2, transport.OpAppend); n < 3 || re.Attempts != n {
+		t.Errorf("%d attempts, %d appends served; want several, equal", re.Attempts, n)
 	}
 }
 
