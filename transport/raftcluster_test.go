@@ -21,7 +21,8 @@ import (
 // TestRaftTransportCluster runs a three-node hashicorp/raft cluster in one
 // process, each node on its own RaftTransport over loopback TCP, and walks
 // it through what a transport carries: bootstrap and elections (votes,
-// pre-votes), thousands of pipelined appends from concurrent writers,
+// pre-votes), thousands of pipelined appends from concurrent writers in
+// batches larger than a frame,
 // killing the leader and restarting it at its address, a follower that
 // comes back after the others compacted past it (an InstallSnapshot), and
 // a leadership transfer (TimeoutNow). At the end every node holds the same
@@ -159,7 +160,9 @@ func (c *transportCluster) startOn(n *clusterNode, ln net.Listener) {
 	t := c.t
 	t.Helper()
 	logger := hclog.New(&hclog.LoggerOptions{Name: string(n.id), Level: hclog.Info, Output: c.logs})
-	tr, err := NewRaftTransport(tcpLayer{ln}, &RaftTransportConfig{Timeout: 5 * time.Second, Logger: logger.Named("transport")})
+	// The smallest frames: raft's batches of 64 entries of 1 KiB do not
+	// fit, so AppendEntries go out in parts.
+	tr, err := NewRaftTransport(tcpLayer{ln}, &RaftTransportConfig{Timeout: 5 * time.Second, MaxFrameSize: minRaftFrameSize, Logger: logger.Named("transport")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -188,6 +188,33 @@ const (
 	minLogSize = 6
 )
 
+// uvarintLen is the encoded size of v.
+func uvarintLen(v uint64) int {
+	n := 1
+	for ; v >= 0x80; v >>= 7 {
+		n++
+	}
+	return n
+}
+
+// bytesLen is the encoded size of v.
+func bytesLen(v []byte) int {
+	if v == nil {
+		return 1
+	}
+	return uvarintLen(uint64(len(v))+1) + len(v)
+}
+
+// logLen is the encoded size of an entry.
+func logLen(e *raft.Log) int {
+	n := uvarintLen(e.Index) + uvarintLen(e.Term) + 1 + bytesLen(e.Data) + bytesLen(e.Extensions) + 1
+	if !e.AppendedAt.IsZero() {
+		s := e.AppendedAt.Unix()
+		n += uvarintLen(uint64(s<<1)^uint64(s>>63)) + uvarintLen(uint64(e.AppendedAt.Nanosecond()))
+	}
+	return n
+}
+
 // appendLog appends the encoding of one entry.
 func appendLog(b []byte, e *raft.Log) []byte {
 	b = appendUint(appendUint(b, e.Index), e.Term)

@@ -387,3 +387,19 @@ func TestRaftPreamble(t *testing.T) {
 // probeFirstByte is the first byte of node's probe protocol ("RLPROBE1"),
 // which shares the raft port.
 const probeFirstByte = 'R'
+
+// TestRaftLogLen: logLen, which decides how many entries fit a frame, is
+// the exact encoded size of an entry.
+func TestRaftLogLen(t *testing.T) {
+	entries := sampleRaftRequests()[0].(*raft.AppendEntriesRequest).Entries
+	entries = append(entries,
+		&raft.Log{Index: 1<<64 - 1, Term: 1<<64 - 1, Data: make([]byte, 200), Extensions: make([]byte, 1<<14), AppendedAt: time.Unix(1<<40, 999_999_999)},
+		&raft.Log{AppendedAt: time.Unix(-1<<40, 0)},
+		&raft.Log{AppendedAt: time.Unix(0, 1)},
+	)
+	for _, e := range entries {
+		if got, want := logLen(e), len(appendLog(nil, e)); got != want {
+			t.Errorf("logLen(%+v) = %d, want %d", e, got, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ package transport
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -420,16 +421,19 @@ func (t *RaftTransport) send(c *raftClientConn, k raftKind, args any) error {
 }
 
 // encodeRequest appends a request frame to b, after the preamble if c has
-// not sent it yet.
+// not sent it yet. An AppendEntries too large for a frame is cut to the
+// leading entries that fit (see AppendEntries).
 func (t *RaftTransport) encodeRequest(b []byte, c *raftClientConn, k raftKind, args any) ([]byte, error) {
 	if !c.greeted {
 		b = appendRaftPreamble(b)
 	}
 	start := len(b)
 	b = appendRaftHeader(b, k, 0)
-	ae, isAE := args.(*raft.AppendEntriesRequest)
 	var err error
-	if isAE {
+	if ae, ok := args.(*raft.AppendEntriesRequest); ok {
+		if err := t.fitEntries(ae); err != nil {
+			return b, err
+		}
 		b, err = appendAppendEntriesRequest(b, ae, len(ae.Entries))
 	} else {
 		b, err = appendRequest(b, k, args)
@@ -437,42 +441,39 @@ func (t *RaftTransport) encodeRequest(b []byte, c *raftClientConn, k raftKind, a
 	if err != nil {
 		return b, err
 	}
-	if err = finishRaftFrame(b, start, t.cfg.MaxFrameSize); err == nil || !isAE || len(ae.Entries) == 0 {
-		return b, err
-	}
-	// Too large: send the leading entries that fit.
-	n, err := t.entriesThatFit(ae, start)
-	if err != nil {
-		return b, err
-	}
-	t.logger.Debug("AppendEntries larger than the frame size; sending its leading entries", "entries", len(ae.Entries), "sent", n, "max-frame-size", t.cfg.MaxFrameSize)
-	ae.Entries = ae.Entries[:n]
-	b = appendRaftHeader(b[:start], k, 0)
-	if b, err = appendAppendEntriesRequest(b, ae, n); err != nil {
-		return b, err
-	}
 	return b, finishRaftFrame(b, start, t.cfg.MaxFrameSize)
 }
 
-// entriesThatFit returns how many leading entries of r fit a frame, at
-// least one, or ErrFrameTooLarge when the first alone does not.
-func (t *RaftTransport) entriesThatFit(r *raft.AppendEntriesRequest, preamble int) (int, error) {
+// fitEntries cuts r.Entries to the leading entries whose request fits a
+// frame, at least one; ErrFrameTooLarge when the first alone does not.
+func (t *RaftTransport) fitEntries(r *raft.AppendEntriesRequest) error {
+	// A bound first, which is cheap: most requests are far below it.
+	bound := raftHeaderSize + 128 + len(r.Addr) + len(r.ID) + len(r.Leader) //lint:ignore SA1019 raft v1.8.0 still sets Leader
+	for _, e := range r.Entries {
+		if e == nil {
+			return nil // appendAppendEntriesRequest reports it
+		}
+		bound += len(e.Data) + len(e.Extensions) + 64
+	}
+	if bound <= t.cfg.MaxFrameSize {
+		return nil
+	}
 	fixed, err := appendAppendEntriesRequest(nil, r, 0)
 	if err != nil {
-		return 0, err
+		return err
 	}
-	room := t.cfg.MaxFrameSize - raftHeaderSize - len(fixed) - 10 // 10: the count may grow to a full varint
-	var scratch []byte
+	room := t.cfg.MaxFrameSize - raftHeaderSize - len(fixed) - binary.MaxVarintLen64 // the count may grow
 	for i, e := range r.Entries {
-		scratch = appendLog(scratch[:0], e)
-		if room -= len(scratch); room < 0 {
+		if room -= logLen(e); room < 0 {
 			if i == 0 {
-				return 0, fmt.Errorf("%w: entry %d alone encodes to %d bytes, limit %d", ErrFrameTooLarge, e.Index, len(scratch), t.cfg.MaxFrameSize)
+				return fmt.Errorf("%w: entry %d alone encodes to %d bytes, limit %d", ErrFrameTooLarge, e.Index, logLen(e), t.cfg.MaxFrameSize)
 			}
-			return i, nil
+			t.logger.Debug("AppendEntries larger than a frame; sending its leading entries", "entries", len(r.Entries), "sent", i, "max-frame-size", t.cfg.MaxFrameSize)
+			r.Entries = r.Entries[:i]
+			return nil
 		}
 	}
-	return len(r.Entries), nil
+	return nil
 }
 
 // receive reads the response of kind k into resp.
