@@ -26,6 +26,28 @@ const (
 	FlushAsync FlushMode = "async"
 )
 
+// RaftTransportKind names the transport raft traffic between nodes uses.
+// Every node of a cluster must use the same one: they do not speak to
+// each other.
+type RaftTransportKind string
+
+const (
+	// RaftTransportNative (the default) is raftlog's own raft transport
+	// (transport.RaftTransport): hand-written codecs with no reflection
+	// per entry, and pipelined replication that cannot stall on a failed
+	// append.
+	RaftTransportNative RaftTransportKind = "native"
+	// RaftTransportHashicorp is hashicorp/raft's NetworkTransport, as
+	// before the native one, without pipelining (its pipeline can stall
+	// replication to a follower for good in raft v1.8.0).
+	RaftTransportHashicorp RaftTransportKind = "hashicorp"
+)
+
+// maxNativeRecordSize is the largest Limits.MaxRecordSize the native raft
+// transport carries: its largest frame (raftFrameSize) less room for an
+// entry's other fields.
+const maxNativeRecordSize = 1<<30 - 1<<20
+
 // Peer is a member of the initial cluster.
 type Peer struct {
 	// ID is the member's node id.
@@ -116,6 +138,11 @@ type Config struct {
 	// (space.go). Default two segments (128 MiB); negative disables the
 	// check.
 	MinFreeBytes int64
+
+	// RaftTransport is the transport of raft traffic: RaftTransportNative
+	// (the default) or RaftTransportHashicorp. Every node of a cluster
+	// must use the same one.
+	RaftTransport RaftTransportKind
 
 	// TLS, when set, secures raft traffic (mutual TLS) and the client
 	// protocol (TLS, or mutual TLS with TLS.ClientAuth).
@@ -211,6 +238,13 @@ func (c *Config) withDefaults() (Config, error) {
 	default:
 		return o, fmt.Errorf("node: initial cluster state %q: want new or existing", o.InitialClusterState)
 	}
+	switch o.RaftTransport {
+	case "":
+		o.RaftTransport = RaftTransportNative
+	case RaftTransportNative, RaftTransportHashicorp:
+	default:
+		return o, fmt.Errorf("node: raft transport %q: want native or hashicorp", o.RaftTransport)
+	}
 	switch o.Flush {
 	case "":
 		o.Flush = FlushSync
@@ -218,8 +252,12 @@ func (c *Config) withDefaults() (Config, error) {
 	default:
 		return o, fmt.Errorf("node: flush mode %q: want sync or async", o.Flush)
 	}
-	if _, err := o.Limits.WithDefaults(); err != nil {
+	limits, err := o.Limits.WithDefaults()
+	if err != nil {
 		return o, fmt.Errorf("node: %w", err)
+	}
+	if o.RaftTransport == RaftTransportNative && limits.MaxRecordSize > maxNativeRecordSize {
+		return o, fmt.Errorf("node: records of up to %d bytes do not fit the native raft transport's frames; the most is %d", limits.MaxRecordSize, maxNativeRecordSize)
 	}
 	if o.MinFreeBytes == 0 {
 		seg := o.SegmentSize

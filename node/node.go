@@ -44,7 +44,7 @@ type Node struct {
 	fsm  *fsm
 	snap *snapStore
 	raft *raft.Raft
-	tr   *raft.NetworkTransport
+	tr   netTransport
 	gate *voteGate
 	prop *proposer
 
@@ -369,11 +369,11 @@ func (n *Node) warnAddressChange(advertised string) {
 	}
 }
 
-// raftTransport returns raft's network transport: TCP, or mutual TLS when
-// configured, under faultLayer when fault injection is on, under
-// probeLayer always. The transport's address is the one the node
-// advertises.
-func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
+// raftTransport returns the raft transport (Config.RaftTransport) over
+// TCP, or mutual TLS when configured, under faultLayer when fault
+// injection is on, under probeLayer always. The transport's address is
+// the one the node advertises.
+func (n *Node) raftTransport() (netTransport, error) {
 	c := n.cfg
 	logger := c.Logger.Named("transport")
 	ln, err := net.Listen("tcp", c.RaftAddr)
@@ -404,16 +404,40 @@ func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
 		stream = n.faults.layer
 	}
 	n.probes = newProbeLayer(stream, n.probeAnswer)
-	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft v1.8.0's
-	// netPipeline can park forever after a follower answers Success=false
-	// (a failed store, a log mismatch): the leader then sends that
-	// follower heartbeats but never another entry, and raft.Shutdown
-	// waits for it (grafana/pyroscope#5518 has the analysis). It is not
-	// slower here: node bench --local, sync, 64 appenders, 3 runs each,
-	// 14,957-15,186 records/s pipelined against 16,368-17,451 without.
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: n.probes, MaxPool: 4, MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: logger,
-	}), nil
+	if c.RaftTransport == RaftTransportHashicorp {
+		// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft
+		// v1.8.0's netPipeline can park forever after a follower answers
+		// Success=false (a failed store, a log mismatch): the leader then
+		// sends that follower heartbeats but never another entry, and
+		// raft.Shutdown waits for it (grafana/pyroscope#5518 has the
+		// analysis). It is not slower here: node bench --local, sync, 64
+		// appenders, 3 runs each, 14,957-15,186 records/s pipelined
+		// against 16,368-17,451 without.
+		return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: n.probes, MaxPool: 4, MaxRPCsInFlight: 1, Timeout: raftIOTimeout, Logger: logger,
+		}), nil
+	}
+	// The native transport pipelines safely (transport/raftpipe.go).
+	tr, err := transport.NewRaftTransport(n.probes, &transport.RaftTransportConfig{
+		Timeout: raftIOTimeout, MaxPool: 4, MaxFrameSize: raftFrameSize(c.Limits), Logger: logger,
+	})
+	if err != nil {
+		n.probes.Close()
+		return nil, fmt.Errorf("node: raft transport: %w", err)
+	}
+	return tr, nil
+}
+
+// raftIOTimeout bounds a raft transport's dials, request writes and waits
+// for a response (snapshots get longer, by size).
+const raftIOTimeout = 10 * time.Second
+
+// raftFrameSize is the native raft transport's frame limit: its default,
+// or room for the largest record in one AppendEntries when records may be
+// larger. (An AppendEntries larger than a frame goes out in parts.)
+func raftFrameSize(l transport.Limits) int {
+	l, _ = l.WithDefaults() // checked by withDefaults
+	return min(max(transport.DefaultRaftMaxFrameSize, l.MaxRecordSize+1<<20), 1<<30)
 }
 
 // advertisedAddr is the raft address the node gives peers: advertise when

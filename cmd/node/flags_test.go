@@ -145,8 +145,13 @@ func TestServeFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := o.cfg; len(c.Join) != 3 || c.Flush != node.FlushSync || c.RetentionBytes != 0 || o.level != hclog.Info || o.joinTimeout != time.Minute {
+	if c := o.cfg; len(c.Join) != 3 || c.Flush != node.FlushSync || c.RetentionBytes != 0 || o.level != hclog.Info || o.joinTimeout != time.Minute ||
+		c.RaftTransport != node.RaftTransportNative {
 		t.Errorf("defaults: %+v, level %v", c, o.level)
+	}
+	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--raft-transport", "hashicorp"})
+	if err != nil || o.cfg.RaftTransport != node.RaftTransportHashicorp {
+		t.Errorf("--raft-transport hashicorp: %v, %q", err, o.cfg.RaftTransport)
 	}
 }
 
@@ -171,6 +176,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--bootstrap", "n1=127.0.0.1:1", "--join", "127.0.0.1:2"}, nil, "not both"},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--client-addr", "0.0.0.0:7000"}, nil, "give --client-advertise"},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--initial-cluster-state", "old"}, nil, `--initial-cluster-state "old": want new or existing`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-transport", "grpc"}, nil, `--raft-transport "grpc": want native or hashicorp`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d"}, map[string]string{"RAFTLOG_RAFT_TRANSPORT": "tcp"}, `--raft-transport "tcp": want native or hashicorp`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--tls-admins", "ops"}, nil, "TLS needs --tls-cert, --tls-key and --tls-ca (and --tls-client-auth and --tls-admins need TLS"},

@@ -61,6 +61,7 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.StringVar(&c.DataDir, "data-dir", "", "the `directory` of the node's log, raft state and snapshots (required)")
 	fs.Var(addrValue{&c.RaftAddr}, "raft-addr", "the `host:port` raft listens on; port 0 picks one")
 	fs.StringVar(&c.RaftAdvertise, "raft-advertise", "", "the raft `host:port` other nodes dial, when it differs from --raft-addr")
+	fs.StringVar((*string)(&c.RaftTransport), "raft-transport", string(node.RaftTransportNative), "the raft transport between nodes: `native` (raftlog's own, pipelined) or hashicorp (hashicorp/raft's NetworkTransport);\nevery node of a cluster must use the same")
 	fs.Var(addrValue{&c.ClientAddr}, "client-addr", "the `host:port` clients connect to; port 0 picks one")
 	fs.StringVar(&c.ClientAdvertise, "client-advertise", "", "the client `host:port` given to clients, when it differs from --client-addr")
 	fs.StringVar(&c.AdminAddr, "admin-addr", "", "the `host:port` of the HTTP /status, /health and /ready endpoints; empty: none")
@@ -119,6 +120,8 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		return nil, usagef("--max-conns %d is negative", c.MaxConns)
 	case o.joinTimeout < 0:
 		return nil, usagef("--join-timeout %v is negative", o.joinTimeout)
+	case c.RaftTransport != node.RaftTransportNative && c.RaftTransport != node.RaftTransportHashicorp:
+		return nil, usagef("--raft-transport %q: want native or hashicorp", c.RaftTransport)
 	case c.InitialClusterState != node.ClusterNew && c.InitialClusterState != node.ClusterExisting:
 		return nil, usagef("--initial-cluster-state %q: want new or existing", c.InitialClusterState)
 	}
@@ -234,7 +237,7 @@ func serve(ctx context.Context, cfg node.Config, joinTimeout time.Duration) erro
 		}
 		return err
 	}
-	log.Info("serving", "id", n.ID(), "client", n.ClientAddr(), "raft", n.RaftAddr(), "admin", n.AdminURL(), "flush", cfg.Flush, "data_dir", cfg.DataDir)
+	log.Info("serving", "id", n.ID(), "client", n.ClientAddr(), "raft", n.RaftAddr(), "admin", n.AdminURL(), "flush", cfg.Flush, "raft_transport", cfg.RaftTransport, "data_dir", cfg.DataDir)
 	select {
 	case <-ctx.Done():
 	case <-n.Done():
