@@ -417,9 +417,10 @@ func (n *Node) raftTransport() (netTransport, error) {
 			Stream: n.probes, MaxPool: 4, MaxRPCsInFlight: 1, Timeout: raftIOTimeout, Logger: logger,
 		}), nil
 	}
-	// The native transport pipelines safely (transport/raftpipe.go).
+	// The native transport pipelines safely (transport/raftpipe.go), but
+	// by default it does not pipeline (see Config.RaftMaxInFlight).
 	tr, err := transport.NewRaftTransport(n.probes, &transport.RaftTransportConfig{
-		Timeout: raftIOTimeout, MaxPool: 4, MaxFrameSize: raftFrameSize(c.Limits), Logger: logger,
+		Timeout: raftIOTimeout, MaxPool: 4, MaxInFlight: c.RaftMaxInFlight, MaxFrameSize: raftFrameSize(c.Limits), Logger: logger,
 	})
 	if err != nil {
 		n.probes.Close()

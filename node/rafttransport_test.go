@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -11,12 +12,17 @@ import (
 	"github.com/raftlog/raftlog/transport"
 )
 
-// TestRaftTransportKinds: a cluster runs on either raft transport, through
-// a leader change and the old leader's return.
+// TestRaftTransportKinds: a cluster runs on either raft transport, the
+// native one with and without pipelining, through a leader change and
+// the old leader's return.
 func TestRaftTransportKinds(t *testing.T) {
-	for _, kind := range []RaftTransportKind{RaftTransportNative, RaftTransportHashicorp} {
-		t.Run(string(kind), func(t *testing.T) {
-			c := newTestCluster(t, 3, func(cfg *Config) { cfg.RaftTransport = kind })
+	for _, tc := range []struct {
+		kind     RaftTransportKind
+		inFlight int
+	}{{RaftTransportNative, 0}, {RaftTransportNative, 4}, {RaftTransportHashicorp, 0}} {
+		kind := tc.kind
+		t.Run(fmt.Sprintf("%s-%d", kind, tc.inFlight), func(t *testing.T) {
+			c := newTestCluster(t, 3, func(cfg *Config) { cfg.RaftTransport, cfg.RaftMaxInFlight = kind, tc.inFlight })
 			for id, n := range c.nodes {
 				switch n.tr.(type) {
 				case *transport.RaftTransport:
@@ -59,6 +65,8 @@ func TestRaftTransportConfig(t *testing.T) {
 		want  string
 	}{
 		{"unknown", func(c *Config) { c.RaftTransport = "grpc" }, `raft transport "grpc": want native or hashicorp`},
+		{"negative in flight", func(c *Config) { c.RaftMaxInFlight = -1 }, "raft max in flight -1 is negative"},
+		{"hashicorp pipelined", func(c *Config) { c.RaftTransport, c.RaftMaxInFlight = RaftTransportHashicorp, 2 }, "needs the native raft transport"},
 		{"records too large", func(c *Config) {
 			c.Limits = transport.Limits{MaxFrameSize: 3 << 30, MaxRecordSize: 1 << 30, MaxReadBytes: 2 << 30}
 		}, "do not fit the native raft transport's frames"},

@@ -149,9 +149,16 @@ func TestServeFlags(t *testing.T) {
 		c.RaftTransport != node.RaftTransportNative {
 		t.Errorf("defaults: %+v, level %v", c, o.level)
 	}
+	if o.cfg.RaftMaxInFlight != 1 {
+		t.Errorf("raft max in flight %d by default, want 1", o.cfg.RaftMaxInFlight)
+	}
 	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--raft-transport", "hashicorp"})
 	if err != nil || o.cfg.RaftTransport != node.RaftTransportHashicorp {
 		t.Errorf("--raft-transport hashicorp: %v, %q", err, o.cfg.RaftTransport)
+	}
+	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--raft-max-in-flight", "4"})
+	if err != nil || o.cfg.RaftMaxInFlight != 4 {
+		t.Errorf("--raft-max-in-flight 4: %v, %d", err, o.cfg.RaftMaxInFlight)
 	}
 }
 
@@ -178,6 +185,8 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--initial-cluster-state", "old"}, nil, `--initial-cluster-state "old": want new or existing`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-transport", "grpc"}, nil, `--raft-transport "grpc": want native or hashicorp`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d"}, map[string]string{"RAFTLOG_RAFT_TRANSPORT": "tcp"}, `--raft-transport "tcp": want native or hashicorp`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-max-in-flight", "0"}, nil, `--raft-max-in-flight 0: want at least 1`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-transport", "hashicorp", "--raft-max-in-flight", "4"}, nil, `--raft-max-in-flight 4 needs --raft-transport native`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--tls-admins", "ops"}, nil, "TLS needs --tls-cert, --tls-key and --tls-ca (and --tls-client-auth and --tls-admins need TLS"},

@@ -62,6 +62,7 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.Var(addrValue{&c.RaftAddr}, "raft-addr", "the `host:port` raft listens on; port 0 picks one")
 	fs.StringVar(&c.RaftAdvertise, "raft-advertise", "", "the raft `host:port` other nodes dial, when it differs from --raft-addr")
 	fs.StringVar((*string)(&c.RaftTransport), "raft-transport", string(node.RaftTransportNative), "the raft transport between nodes: `native` (raftlog's own, pipelined) or hashicorp (hashicorp/raft's NetworkTransport);\nevery node of a cluster must use the same")
+	fs.IntVar(&c.RaftMaxInFlight, "raft-max-in-flight", 1, "how many AppendEntries the native raft transport keeps in flight to each follower (`count`);\n1 does not pipeline; raise it where the network round trip, not the disk, bounds replication")
 	fs.Var(addrValue{&c.ClientAddr}, "client-addr", "the `host:port` clients connect to; port 0 picks one")
 	fs.StringVar(&c.ClientAdvertise, "client-advertise", "", "the client `host:port` given to clients, when it differs from --client-addr")
 	fs.StringVar(&c.AdminAddr, "admin-addr", "", "the `host:port` of the HTTP /status, /health and /ready endpoints; empty: none")
@@ -122,6 +123,10 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		return nil, usagef("--join-timeout %v is negative", o.joinTimeout)
 	case c.RaftTransport != node.RaftTransportNative && c.RaftTransport != node.RaftTransportHashicorp:
 		return nil, usagef("--raft-transport %q: want native or hashicorp", c.RaftTransport)
+	case c.RaftMaxInFlight < 1:
+		return nil, usagef("--raft-max-in-flight %d: want at least 1", c.RaftMaxInFlight)
+	case c.RaftMaxInFlight > 1 && c.RaftTransport != node.RaftTransportNative:
+		return nil, usagef("--raft-max-in-flight %d needs --raft-transport native", c.RaftMaxInFlight)
 	case c.InitialClusterState != node.ClusterNew && c.InitialClusterState != node.ClusterExisting:
 		return nil, usagef("--initial-cluster-state %q: want new or existing", c.InitialClusterState)
 	}
