@@ -323,6 +323,12 @@ func (n *Node) startRaft() error {
 		n.startVoting()
 	}
 	store := failStopStore{Store: n.view.live, n: n}
+	// The proposer exists before raft, which tells it (through the
+	// store) when the leader has stored a batch; it proposes only through
+	// a stint, once raft runs.
+	n.prop = newProposer(applierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+		return n.raft.Apply(cmd, timeout)
+	}), n.cfg.BatchLinger, rc.MaxAppendEntries, maxBatchesInFlight, func(k int) { n.metrics.batch.Observe(float64(k)) })
 	// The cache serves replication the entries just stored, without
 	// reading and decoding them back.
 	logs, err := raft.NewLogCache(logCacheSize, store)
@@ -340,7 +346,6 @@ func (n *Node) startRaft() error {
 	}
 	n.gate.raft.Store(n.raft)
 	n.raftRef.Store(n.raft)
-	n.prop = newProposer(n.raft, n.cfg.BatchLinger, rc.MaxAppendEntries, func(k int) { n.metrics.batch.Observe(float64(k)) })
 	if bootstrapAtOnce {
 		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(c.ID), Address: tr.LocalAddr()}}}
 		if err := n.raft.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
