@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"sync"
 	"time"
 
@@ -232,6 +233,12 @@ func (p *pipeline) run() {
 		case <-p.c.done:
 			return
 		}
+		// Let the goroutines that the completions just woke submit
+		// their next appends first, so that they go in this round's
+		// request rather than wait a whole round for the next: without
+		// it, 64 appenders sharing one request in flight got about 35
+		// appends a request instead of about 60.
+		runtime.Gosched()
 		for {
 			b, gen, deadline := p.take()
 			if b == nil {
