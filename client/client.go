@@ -156,8 +156,8 @@ func (c *Client) attempt(ctx context.Context, r *retrier, addr string, call func
 
 // Append appends records, in order, and returns their raft indexes once
 // they are committed. The records must not be modified until Append
-// returns. It is AppendAsync followed by a wait for the future, except
-// that it returns when ctx ends.
+// returns. It is AppendAsync followed by a wait for the future: the
+// records may go in one request with other appends.
 //
 // Append tags the request carrying the records with the Client's id and a
 // sequence number of its own and retries it with the same ones after

@@ -16,7 +16,7 @@ import (
 const (
 	// maxBatchRecords bounds the records of a batch. With at most
 	// MaxAppendRequestsLimit requests in flight, the records of the
-	// requests a server may have to recognise as repeats stay well below
+	// requests a server may have to recognise as repeats stay below
 	// what it remembers of a session (262,144 indexes).
 	maxBatchRecords = 1024
 	// maxBatchBytes bounds the record bytes of a batch, or half the frame
