@@ -235,9 +235,10 @@ func (p *pipeline) run() {
 		}
 		// Let the goroutines that the completions just woke submit
 		// their next appends first, so that they go in this round's
-		// request rather than wait a whole round for the next: without
-		// it, 64 appenders sharing one request in flight got about 35
-		// appends a request instead of about 60.
+		// request rather than wait a whole round for the next. In
+		// BenchmarkAppendAsync (cmd/node), 64 appenders sharing one
+		// request in flight got 33 to 36 appends a request without it,
+		// 47 to 62 with it.
 		runtime.Gosched()
 		for {
 			b, gen, deadline := p.take()
