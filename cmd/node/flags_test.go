@@ -201,6 +201,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "--local", "--clients", "0"}, nil, "--clients 0"},
 		{[]string{"bench", "--local", "--duration", "1h"}, nil, "--duration 1h0m0s"},
 		{[]string{"bench", "--local", "--size", "1MiB", "--batch", "100"}, nil, "does not fit"},
+		{[]string{"bench", "--local", "--clients", "4", "--in-flight", "64"}, nil, "--clients or --in-flight, not both"},
+		{[]string{"bench", "--local", "--in-flight", "0"}, nil, "--in-flight 0 is outside [1, 65536]"},
+		{[]string{"bench", "--local", "--requests", "200"}, nil, "--requests 200 is outside [1, 128]"},
+		{[]string{"append", "--addrs", "127.0.0.1:1", "--stdin", "--in-flight", "0"}, nil, "--in-flight 0 is outside [1, 65536]"},
 	} {
 		e, stdout, stderr := testEnv(tc.env)
 		code := run(context.Background(), e, tc.args)
