@@ -145,8 +145,14 @@ func TestServeFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := o.cfg; len(c.Join) != 3 || c.Flush != node.FlushSync || c.RetentionBytes != 0 || o.level != hclog.Info || o.joinTimeout != time.Minute {
+	if c := o.cfg; len(c.Join) != 3 || c.Flush != node.FlushSync || c.RetentionBytes != 0 || o.level != hclog.Info || o.joinTimeout != time.Minute || c.Pprof {
 		t.Errorf("defaults: %+v, level %v", c, o.level)
+	}
+
+	e, _, _ = testEnv(map[string]string{"RAFTLOG_PPROF": "true"})
+	o, err = parseServe(e, []string{"--id=n1", "--data-dir", "d", "--admin-addr", "127.0.0.1:7002"})
+	if err != nil || !o.cfg.Pprof || o.cfg.AdminAddr != "127.0.0.1:7002" {
+		t.Errorf("RAFTLOG_PPROF=true: %v, pprof %v", err, o != nil && o.cfg.Pprof)
 	}
 }
 
@@ -175,6 +181,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--tls-admins", "ops"}, nil, "TLS needs --tls-cert, --tls-key and --tls-ca (and --tls-client-auth and --tls-admins need TLS"},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d"}, map[string]string{"RAFTLOG_TLS_CLIENT_AUTH": "true"}, "TLS needs --tls-cert"},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--pprof"}, nil, "--pprof needs --admin-addr"},
 		{[]string{"append", "x"}, nil, "no cluster address: give --addrs host:port,... or set RAFTLOG_ADDRS"},
 		{[]string{"append", "--addrs", "127.0.0.1:1"}, nil, "no records"},
 		{[]string{"append", "--addrs", "127.0.0.1:1", "--stdin", "x"}, nil, "not both"},
