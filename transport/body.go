@@ -43,6 +43,15 @@ func EncodeBody(v any) ([]byte, error) {
 	return encodeReflect(v)
 }
 
+// appendBody appends the encoding of v, as EncodeBody writes it, to dst.
+func appendBody(dst []byte, v any) ([]byte, error) {
+	if m := fastOf(v); m != nil {
+		return m.appendMsgpack(dst), nil
+	}
+	b, err := encodeReflect(v)
+	return append(dst, b...), err
+}
+
 // encodeReflect encodes v with go-msgpack.
 func encodeReflect(v any) ([]byte, error) {
 	var b []byte
