@@ -37,8 +37,8 @@
 // coalesced: frames queued while the connection is being written, and
 // those whose goroutines are ready to run when a write starts (the
 // replies of a committed batch), go out in one write call. Replies waiting
-// to be written are bounded (by Limits.MaxFrameSize bytes, plus one frame):
-// beyond that, workers wait, with their requests still counted in flight.
+// to be written are bounded: once Limits.MaxFrameSize bytes of them wait,
+// workers wait too, with their requests still counted in flight.
 // A Tail stream sends no more items than the client has granted credits
 // for.
 //
