@@ -6,8 +6,6 @@ import (
 	"io"
 	"math"
 	"strings"
-
-	"github.com/raftlog/raftlog/client"
 )
 
 // The report of `bench cluster`: Markdown tables or one JSON object.
@@ -93,8 +91,8 @@ func (r *clusterReport) settings() []string {
 			r.versions.nats, r.versions.natsClient),
 		fmt.Sprintf("each cell (workload × system) gets fresh processes and data on the same disk, one system at a time, in an order that rotates; "+
 			"%v of appends first, then a measured window of %v; %d round(s), figures are medians", cfg.warmup, cfg.duration, cfg.rounds),
-		"raftlog clients: client.Dial and Append, with N in flight as N goroutines sharing one Client (no asynchronous append yet); " +
-			fmt.Sprintf("a Client keeps at most %d appends in flight (client.SeqWindow - 1), so the 1,024 row has one goroutine waiting", client.SeqWindow-1),
+		"raftlog clients: client.Dial; 1 in flight is synchronous Append, N in flight is AppendAsync with a window of N from one goroutine " +
+			"(the Client packs waiting appends into one request at a time, its default, which keeps submission order)",
 		"NATS clients: nats.go JetStream; 1 in flight is synchronous Publish, N in flight is PublishAsync with a window of N on one connection; " +
 			"each client connects to the server that leads the stream (NATS' best case: through another server a publish takes one more hop)",
 		"latency: from the call to its ack, of every record acked in the window; CPU: user+system seconds of the three server processes " +

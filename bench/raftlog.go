@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -185,10 +184,10 @@ func (c *raftlogCluster) dial(ctx context.Context, clients, window int) ([]loadC
 }
 
 // raftlogClientOptions are the options of a Client with window appends in
-// flight: its own limits raised to fit them, within the session window
-// (client.SeqWindow - 1 at most), the rest defaults.
+// flight, the rest defaults (one append request in flight, which keeps
+// submission order, as a NATS connection does).
 func raftlogClientOptions(window int) *client.Options {
-	o := &client.Options{MaxInFlightAppends: min(window, client.SeqWindow-1)}
+	o := &client.Options{MaxInFlightAppends: window}
 	o.Conn.MaxInFlight = max(window, transport.DefaultMaxInFlight)
 	return o
 }
@@ -198,35 +197,88 @@ type raftlogClient struct {
 	c *client.Client
 }
 
-// run keeps window appends in flight as window goroutines sharing the
-// Client, each calling Append back to back: the client has no asynchronous
-// append yet. With one, this is the one function to change.
+// run appends with window records in flight: synchronous Append for a
+// window of 1, else AppendAsync keeping window appends in flight from one
+// goroutine, as NATS' PublishAsync does (runAsync).
 func (rc *raftlogClient) run(ctx context.Context, stop <-chan struct{}, phase *atomic.Int32, window int, recs *records) *tally {
-	ts := make([]*tally, window)
-	var wg sync.WaitGroup
-	for i := range window {
-		t := &tally{}
-		ts[i] = t
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			st := recs.appenderStamps()
-			buf := make([]byte, len(recs.template))
-			for !closed(stop) {
-				s := st.fill(recs, buf)
-				t0 := time.Now()
-				idx, err := rc.c.Append(ctx, buf)
-				lat := time.Since(t0)
-				if err != nil {
-					t.fail(err)
-					return
-				}
-				t.add(phase, ack{idx[0], s}, lat)
-			}
-		}()
+	if window > 1 {
+		return rc.runAsync(ctx, stop, phase, window, recs)
 	}
-	wg.Wait()
-	return merge(ts)
+	t := &tally{}
+	st := recs.appenderStamps()
+	buf := make([]byte, len(recs.template))
+	for !closed(stop) {
+		s := st.fill(recs, buf)
+		t0 := time.Now()
+		idx, err := rc.c.Append(ctx, buf)
+		lat := time.Since(t0)
+		if err != nil {
+			t.fail(err)
+			break
+		}
+		t.add(phase, ack{idx[0], s}, lat)
+	}
+	return t
+}
+
+// raftlogSlot is one of the window's appends: its buffer, which the
+// Client holds until the append completes, and what it was sent with.
+type raftlogSlot struct {
+	buf    []byte
+	stamps *stamps
+	stamp  uint64
+	start  time.Time
+	f      *client.AppendFuture
+}
+
+// runAsync keeps window AppendAsync calls in flight. Appends complete in
+// submission order (one request in flight), so one goroutine waits for
+// them in that order and hands each slot back as soon as its append
+// completes.
+func (rc *raftlogClient) runAsync(ctx context.Context, stop <-chan struct{}, phase *atomic.Int32, window int, recs *records) *tally {
+	t := &tally{}
+	free := make(chan *raftlogSlot, window)
+	sent := make(chan *raftlogSlot, window)
+	for range window {
+		free <- &raftlogSlot{buf: make([]byte, len(recs.template)), stamps: recs.appenderStamps()}
+	}
+	var failed atomic.Bool // the waiter saw an append fail: stop sending
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for sl := range sent {
+			<-sl.f.Done()
+			lat := time.Since(sl.start)
+			if idx, err := sl.f.Indexes(), sl.f.Err(); err != nil {
+				t.fail(err)
+				failed.Store(true)
+			} else {
+				t.add(phase, ack{idx[0], sl.stamp}, lat)
+			}
+			free <- sl
+		}
+	}()
+loop:
+	for {
+		var sl *raftlogSlot
+		select {
+		case <-stop:
+			break loop
+		case <-ctx.Done():
+			break loop
+		case sl = <-free:
+		}
+		if failed.Load() {
+			break loop
+		}
+		sl.stamp = sl.stamps.fill(recs, sl.buf)
+		sl.start = time.Now()
+		sl.f = rc.c.AppendAsync(ctx, sl.buf)
+		sent <- sl
+	}
+	close(sent)
+	<-done
+	return t
 }
 
 // close closes the Client.
