@@ -12,6 +12,15 @@
 // Usage (from the repository root):
 //
 //	go -C bench run . [-quick] [-only storelogs,getlog,...] [-dir /path] [-rounds 3] [-duration 3s]
+//
+// `bench cluster` (cluster.go) compares raftlog's real deployment, three
+// node processes on loopback, with a NATS JetStream cluster of three
+// servers, in the same run:
+//
+//	go -C bench run . cluster [-quick] [-only 1x64,...] [-systems raftlog-sync,...] [-pprof 1x64] [-json]
+//
+// `bench nats-server -c <file>` runs a NATS server; the cluster comparison
+// starts its NATS servers so.
 package main
 
 import (
@@ -70,6 +79,15 @@ func (c *config) runLength(writes bool) string {
 }
 
 func main() {
+	if len(os.Args) > 1 {
+		switch os.Args[1] {
+		case "cluster":
+			os.Exit(clusterMain(os.Args[2:]))
+		case natsServerCommand:
+			natsServerMain(os.Args[2:])
+			return
+		}
+	}
 	cfg, err := parseFlags(os.Args[1:])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)

@@ -20,12 +20,13 @@ type Client struct {
 	ctx    context.Context    // immutable: bounds dials; cancelled by Close
 	cancel context.CancelFunc // immutable
 	done   chan struct{}      // immutable: closed by Close
-	seqs   *seqWindow         // immutable: append sequence numbers
+	seqs   *seqWindow         // immutable: sequence numbers of append requests
+	pipe   *pipeline          // immutable: sends appends
 	// stored is set once an append of this Client may have been stored;
 	// until then every append tells the server its session is new
 	// (sessionBase).
 	stored atomic.Bool
-	wg     sync.WaitGroup // dial goroutines
+	wg     sync.WaitGroup // dial goroutines and the pipeline's sender
 
 	mu     sync.Mutex         // guards the fields below; never held across a network call
 	conns  map[string]*member // per member address; nil once closed
@@ -55,11 +56,14 @@ func Dial(ctx context.Context, addrs []string, opts *Options) (*Client, error) {
 		ctx:    cctx,
 		cancel: cancel,
 		done:   make(chan struct{}),
-		seqs:   newSeqWindow(o.MaxInFlightAppends),
+		seqs:   newSeqWindow(o.MaxAppendRequests),
 		conns:  make(map[string]*member),
 		addrs:  known,
 		target: known[0],
 	}
+	c.pipe = newPipeline(c)
+	c.wg.Add(1)
+	go c.pipe.run()
 	var errs []error
 	var msgs []string
 	for _, addr := range known {
@@ -150,45 +154,29 @@ func (c *Client) attempt(ctx context.Context, r *retrier, addr string, call func
 	return err
 }
 
-// Append appends records, in order, as one request and returns their raft
-// indexes once they are committed. The records must not be modified until
-// Append returns.
+// Append appends records, in order, and returns their raft indexes once
+// they are committed. The records must not be modified until Append
+// returns. It is AppendAsync followed by a wait for the future: the
+// records may go in one request with other appends.
 //
-// Append tags the request with the Client's id and a sequence number of its
-// own and retries it with the same ones after connection failures, leader
-// changes and the retryable error codes, so the cluster stores it exactly
-// once and answers a repeat with the original indexes. When Append returns
-// an error, the records may or may not have been stored, unless the error
-// carries a code the server only answers with before storing anything
-// (BadRequest, TooLarge). At most Options.MaxInFlightAppends calls are in
-// flight; further calls wait for their turn.
+// Append tags the request carrying the records with the Client's id and a
+// sequence number of its own and retries it with the same ones after
+// connection failures, leader changes and the retryable error codes, so
+// the cluster stores it exactly once and answers a repeat with the
+// original indexes. When Append returns an error, the records may or may
+// not have been stored, unless the error carries a code the server only
+// answers with before storing anything (BadRequest, TooLarge). At most
+// Options.MaxInFlightAppends appends are in flight; further calls wait
+// for their turn.
 func (c *Client) Append(ctx context.Context, records ...[]byte) ([]uint64, error) {
-	if len(records) == 0 {
-		return nil, fmt.Errorf("client: append: %w", &transport.Error{Code: transport.CodeBadRequest, Message: "no records"})
+	f, _ := c.pipe.submit(ctx, records, true, false)
+	select {
+	case <-f.done:
+	case <-ctx.Done():
+		c.pipe.cancel(f, ctx.Err())
+		<-f.done
 	}
-	seq, err := c.seqs.acquire(ctx, c.done)
-	if err != nil {
-		return nil, fmt.Errorf("client: append: %w", err)
-	}
-	defer c.seqs.release(seq)
-	req := &transport.AppendRequest{ClientID: c.opts.ClientID, Seq: seq, Records: records}
-	var resp transport.AppendResponse
-	err = c.do(ctx, c.newRetrier("append", toLeader, "", true), func(ctx context.Context, conn *transport.Conn) error {
-		resp = transport.AppendResponse{}
-		req.Base = c.sessionBase()
-		err := conn.Call(ctx, transport.OpAppend, req, &resp)
-		if !refusedBeforeStoring(err) {
-			c.stored.Store(true)
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	if len(resp.Indexes) != len(records) {
-		return nil, fmt.Errorf("client: append: %w: %d indexes for %d records", transport.ErrProtocol, len(resp.Indexes), len(records))
-	}
-	return resp.Indexes, nil
+	return f.indexes, f.err
 }
 
 // ReadOptions configure a Read.
@@ -338,8 +326,10 @@ func (c *Client) Leader() string {
 }
 
 // Close closes every connection. Calls in flight, and later calls, return
-// an error wrapping ErrClosed; so do the Next calls of every Tail. Close
-// waits for dials in progress to end and may be called more than once.
+// an error wrapping ErrClosed; so do the Next calls of every Tail, and
+// every AppendFuture not yet complete completes with it (Flush first to
+// wait for them). Close waits for dials in progress to end and may be
+// called more than once.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	members := c.conns
@@ -352,6 +342,7 @@ func (c *Client) Close() error {
 		return nil
 	}
 	c.cancel()
+	c.pipe.close()
 	closeConns(members)
 	c.wg.Wait()
 	return nil

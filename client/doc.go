@@ -7,9 +7,54 @@
 //
 //	c, err := client.Dial(ctx, []string{"10.0.0.1:7001", "10.0.0.2:7001"}, nil)
 //	idx, err := c.Append(ctx, []byte("hello"))              // raft indexes
+//	f := c.AppendAsync(ctx, []byte("world"))                // returns at once
+//	idx, err = f.Indexes(), f.Err()                         // wait for it
 //	recs, next, err := c.Read(ctx, 1, client.ReadOptions{}) // linearizable
 //	t := c.Tail(ctx, next, client.TailOptions{})            // follow the log
 //	rec, err := t.Next()                                    // blocks
+//
+// # Asynchronous appends
+//
+// AppendAsync submits an append and returns an AppendFuture at once; its
+// Done channel closes when the append has completed, and Indexes and Err
+// then hold the outcome, the same as Append would have returned. One
+// goroutine can so keep thousands of appends in flight, up to
+// Options.MaxInFlightAppends (the window, shared with Append): when the
+// window is full, AppendAsync (and Append) wait for room, and
+// TryAppendAsync fails at once with ErrWindowFull. Flush waits for every
+// append submitted before it. An append's context bounds it as it bounds
+// Append: when the context ends first, the future fails at once with its
+// error.
+//
+// The Client sends appends itself: they wait in a queue, and one goroutine
+// packs those waiting into requests (up to 1,024 records and 4 MiB each)
+// and sends them, at most Options.MaxAppendRequests at a time, over the
+// connection to the leader; replies, timeouts and backoffs are handled as
+// they come, without a goroutine per append or per request. So appends
+// submitted while a request is in flight go together in the next one, which
+// is what makes many appends in flight cheap for the cluster too. Append is
+// AppendAsync and a wait for the future, so appends from many goroutines
+// are packed the same way.
+//
+// # Order
+//
+// The records of one append are stored in the order given, at increasing
+// indexes. Across appends, with the default Options.MaxAppendRequests of
+// 1, a request is sent only once the one before it has completed, and the
+// appends of one request are stored in the order they were submitted;
+// retries and leader changes do not change that (a request that succeeded
+// was committed before the next was sent). So of the appends of one Client
+// that succeed, one submitted earlier (its Append or AppendAsync call
+// returned, or TryAppendAsync gave a future, before the other's began) is
+// stored at lower indexes; appends submitted concurrently from several
+// goroutines are ordered as they entered the queue. Futures complete in
+// submission order too, except that one whose context ends completes at
+// once. An append that fails promises nothing about where its records went,
+// if anywhere: an attempt stranded at a deposed leader may still be stored
+// after later appends. With MaxAppendRequests above 1, requests overlap and
+// may be stored in any order: only the appends packed into one request keep
+// their order, and one submitted after another completed gets higher
+// indexes.
 //
 // # Leader following
 //
@@ -47,30 +92,35 @@
 //   - A lost connection or no reply within RequestTimeout: the same member
 //     or the next, for requests that may be repeated (see below).
 //
-// Every Append carries the Client's id (Options.ClientID) and a sequence
-// number of its own, from 1, and every retry repeats both, so the cluster
-// stores the records exactly once even when a leader committed them and
-// then failed before replying, and answers the repeat with the original
-// indexes. This holds while the sequence numbers in flight stay within the
-// server's window (SeqWindow), which the Client ensures, and while no other
-// Client uses the same id. An Append that returns an error may or may not
-// have been stored; calling Append again with the same records is a new
-// request, which may store them a second time.
+// Every request of appends carries the Client's id (Options.ClientID) and
+// a sequence number of its own, from 1, and every retry repeats both, and
+// the same appends, so the cluster stores its records exactly once even
+// when a leader committed them and then failed before replying, and
+// answers the repeat with the original indexes. This holds while the
+// sequence numbers in flight stay within the server's window (SeqWindow),
+// which the Client ensures, and while no other Client uses the same id. An
+// append that fails may or may not have been stored; appending the same
+// records again is a new append, which may store them a second time. The
+// one case where appends leave a request for others: a request that the
+// member refused as too large (TooLarge) before any attempt of it could
+// have stored anything is split, and each of its appends goes again in a
+// request of its own, under a new sequence number.
 //
 // The cluster keeps the sessions of the 8,192 most recently active client
-// ids (each with its last SeqWindow appends, and at most 262,144 record
-// indexes) and remembers the last 65,536 it evicted. Every Append also
-// carries the Client's session base (transport.AppendRequest.Base): 1
-// while none of its appends may have been stored, then the oldest sequence
-// number it has in flight. With it, the cluster refuses with
-// SessionExpired, instead of storing a second time, an Append it cannot
-// check: a retry whose session was evicted, or a sequence number below the
-// session's window. SessionExpired is returned at once; the Append was not
-// stored by that attempt. Read the log to learn what was stored, and go on
-// with a new Client. An id the cluster neither holds nor remembers
-// evicting has no entry in the log, and opens a new session. Left open: a
-// Client whose session was evicted and then forgotten (73,728 newer
-// sessions) while it retried an Append may have that one stored twice.
+// ids (each with its last SeqWindow requests of appends, and at most
+// 262,144 record indexes) and remembers the last 65,536 it evicted. Every
+// request of appends also carries the Client's session base
+// (transport.AppendRequest.Base): 1 while none of its appends may have been
+// stored, then the oldest sequence number it has in flight. With it, the
+// cluster refuses with SessionExpired, instead of storing a second time, a
+// request it cannot check: a retry whose session was evicted, or a
+// sequence number below the session's window. SessionExpired fails the
+// request's appends at once; that attempt stored nothing. Read the log to
+// learn what was stored, and go on with a new Client. An id the cluster
+// neither holds nor remembers evicting has no entry in the log, and opens a
+// new session. Left open: a Client whose session was evicted and then
+// forgotten (73,728 newer sessions) while it retried a request may have
+// that one stored twice.
 //
 // Reads are retried like appends. Join, Remove, TransferLeadership and Trim
 // are retried only when they certainly did not run: after NotLeader,
@@ -110,10 +160,11 @@
 // transport.Conn per member address, shared by every goroutine (a Conn
 // pipelines requests), drops one that fails and dials again when next
 // needed; no lock is held across a network call. At most
-// Options.MaxInFlightAppends appends are in flight; more wait. Appends in
-// flight at once may commit in any order; an Append that starts after
-// another returned gets higher indexes. A Tail is used by one goroutine at
-// a time, but may be closed from any. Close fails every call in flight.
+// Options.MaxInFlightAppends appends are in flight; more wait (see
+// "Order" for the order they are stored in). An AppendFuture may be used
+// from any goroutine. A Tail is used by one goroutine at a time, but may be
+// closed from any. Close fails every call in flight and completes every
+// AppendFuture.
 //
 // # What it does not do
 //

@@ -31,7 +31,7 @@ type fakeCluster struct {
 	log      []transport.Record      // log[i].Index == first+i
 	first    uint64                  // index of log[0]
 	sessions map[string]*fakeSession // duplicate suppression
-	stored   int                     // appends stored
+	stored   int                     // append requests stored
 	dups     int                     // appends answered as duplicates
 	configs  uint64                  // configuration changes made
 	reqs     map[reqKey]int          // requests handled, per member and op
@@ -41,7 +41,7 @@ type fakeCluster struct {
 	replay   bool                    // a tail starts one record before its From
 	poke     chan struct{}           // closed, and replaced, on every change above
 	script   func(ctx context.Context, h *fakeHandler, op transport.Op, req any) (resp any, err error, handled bool)
-	stored1  func(n int) (drop bool) // called, mu held, after the nth append is stored
+	stored1  func(n int) (drop bool) // called, mu held, after the nth append request is stored
 }
 
 type reqKey struct {

@@ -18,15 +18,25 @@ const (
 	DefaultMinBackoff         = 10 * time.Millisecond
 	DefaultMaxBackoff         = 250 * time.Millisecond
 	DefaultMaxInFlightAppends = 512
+	DefaultMaxAppendRequests  = 1
+)
+
+// Bounds of Options.
+const (
+	// MaxAppendWindow is the largest MaxInFlightAppends.
+	MaxAppendWindow = 1 << 16
+	// MaxAppendRequestsLimit is the largest MaxAppendRequests: the
+	// server's default limit of requests in flight on a connection.
+	MaxAppendRequestsLimit = transport.DefaultMaxInFlight
 )
 
 // SeqWindow is how many of a session's most recent sequence numbers the
 // server remembers for duplicate suppression. It is the server's contract:
-// an append is recognised as a repeat only while its sequence number is
-// within SeqWindow of the newest one the server has seen from the session.
-// The client keeps every sequence number it has in flight within
-// MaxInFlightAppends (less than SeqWindow) of the oldest one still in
-// flight, so a retry is always recognised.
+// an append request is recognised as a repeat only while its sequence
+// number is within SeqWindow of the newest one the server has seen from
+// the session. The client keeps every sequence number it has in flight
+// within MaxAppendRequests (less than SeqWindow) of the oldest one still
+// in flight, so a retry is always recognised.
 const SeqWindow = 1024
 
 // Options configure a Client. The zero value of each field, or nil Options,
@@ -57,10 +67,25 @@ type Options struct {
 	// DefaultMinBackoff and DefaultMaxBackoff. MinBackoff may not exceed
 	// MaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
-	// MaxInFlightAppends bounds the appends in flight at once; further
-	// Append calls wait. Default DefaultMaxInFlightAppends; it must be below
-	// SeqWindow (see there).
+	// MaxInFlightAppends is the window of appends: the most appends,
+	// Append calls and AppendAsync futures alike, submitted and not yet
+	// completed. When it is full, Append and AppendAsync wait for room and
+	// TryAppendAsync fails with ErrWindowFull. More precisely, every append
+	// in flight lies within this many submissions of the oldest one still
+	// in flight, so one append retrying for long holds the window back.
+	// Default DefaultMaxInFlightAppends, at most MaxAppendWindow.
 	MaxInFlightAppends int
+	// MaxAppendRequests bounds the append requests in flight at once:
+	// appends submitted while that many are in flight wait, and go
+	// together in the next request (up to 1,024 records and 4 MiB, or
+	// half of Conn.MaxFrameSize; an append larger than that goes alone).
+	// Default DefaultMaxAppendRequests, 1: a request starts only once the
+	// one before it has completed, so the appends that succeed are stored
+	// in the order they were submitted (see "Order" in the package
+	// documentation). More overlap requests, for throughput once the
+	// cluster can commit several at once, and give that order up. At most
+	// MaxAppendRequestsLimit.
+	MaxAppendRequests int
 }
 
 // withDefaults returns a copy of o with defaults filled in, or an error for
@@ -107,8 +132,14 @@ func (o *Options) withDefaults() (Options, error) {
 	if c.MaxInFlightAppends == 0 {
 		c.MaxInFlightAppends = DefaultMaxInFlightAppends
 	}
-	if c.MaxInFlightAppends < 0 || c.MaxInFlightAppends >= SeqWindow {
-		return c, fmt.Errorf("client: MaxInFlightAppends %d is outside [1, %d]", c.MaxInFlightAppends, SeqWindow-1)
+	if c.MaxInFlightAppends < 0 || c.MaxInFlightAppends > MaxAppendWindow {
+		return c, fmt.Errorf("client: MaxInFlightAppends %d is outside [1, %d]", c.MaxInFlightAppends, MaxAppendWindow)
+	}
+	if c.MaxAppendRequests == 0 {
+		c.MaxAppendRequests = DefaultMaxAppendRequests
+	}
+	if c.MaxAppendRequests < 0 || c.MaxAppendRequests > MaxAppendRequestsLimit {
+		return c, fmt.Errorf("client: MaxAppendRequests %d is outside [1, %d]", c.MaxAppendRequests, MaxAppendRequestsLimit)
 	}
 	return c, nil
 }

@@ -97,7 +97,8 @@ func classify(err error, repeatable bool) (act action, leader string, ambiguous 
 
 // retrier runs the attempts of one operation: it picks members, counts
 // attempts, backs off and decides when to give up. It belongs to the
-// goroutine running the operation.
+// goroutine running the operation, or, for a request of appends, is
+// guarded by pipeline.mu.
 type retrier struct {
 	c          *Client
 	op         string    // the operation, for errors: "append", ...
@@ -165,27 +166,40 @@ func (r *retrier) attemptDeadline() time.Time {
 // it returns nil to try again, after waiting for any backoff, or the
 // error the operation returns.
 func (r *retrier) failed(ctx context.Context, addr string, err error) error {
-	c := r.c
-	if c.isClosed() || errors.Is(err, ErrClosed) {
+	if r.c.isClosed() || errors.Is(err, ErrClosed) {
 		return fmt.Errorf("client: %s: %w", r.op, ErrClosed)
 	}
 	if ctx.Err() != nil {
 		return r.giveUp(ctx.Err())
 	}
+	d, now, err := r.next(addr, err)
+	if err != nil || now {
+		return err
+	}
+	return r.wait(ctx, d)
+}
+
+// next decides what follows the attempt at addr that failed with err,
+// without waiting: another attempt at once (now), one after the backoff d,
+// or none, and the error the operation returns. It moves the Client's
+// target as the failure says. Closing and the operation's context are
+// the caller's to check.
+func (r *retrier) next(addr string, err error) (d time.Duration, now bool, _ error) {
+	c := r.c
 	act, leader, ambiguous := classify(err, r.repeatable)
 	if act == follow && r.rt == toMember {
 		act = stop
 	}
 	if act == stop {
 		if ambiguous {
-			return fmt.Errorf("client: %s: outcome unknown: %w", r.op, atAddr(addr, err))
+			return 0, false, fmt.Errorf("client: %s: outcome unknown: %w", r.op, atAddr(addr, err))
 		}
-		return fmt.Errorf("client: %s: %w", r.op, atAddr(addr, err))
+		return 0, false, fmt.Errorf("client: %s: %w", r.op, atAddr(addr, err))
 	}
 	pastDeadline := !time.Now().Before(r.deadline)
 	r.note(addr, err, pastDeadline && errors.Is(err, context.DeadlineExceeded))
 	if pastDeadline {
-		return r.giveUp(nil)
+		return 0, false, r.giveUp(nil)
 	}
 	if tlsFailure(err) {
 		if r.tlsRefused == nil {
@@ -195,7 +209,7 @@ func (r *retrier) failed(ctx context.Context, addr string, err error) error {
 		if r.rt == toMember || c.allKnownIn(r.tlsRefused) {
 			// Every member refused the handshake, or failed it: a
 			// certificate problem that waiting does not mend.
-			return r.giveUp(nil)
+			return 0, false, r.giveUp(nil)
 		}
 	}
 	switch act {
@@ -203,14 +217,19 @@ func (r *retrier) failed(ctx context.Context, addr string, err error) error {
 		c.follow(leader)
 		if leader != addr && !r.followed {
 			r.followed = true
-			return nil // the first redirect goes at once
+			return 0, true, nil // the first redirect goes at once
 		}
 	case next:
 		if r.rt != toMember {
 			c.advance(addr)
 		}
 	}
-	return r.wait(ctx)
+	d = c.backoff(r.backoffs)
+	r.backoffs++
+	if rem := time.Until(r.deadline); d > rem {
+		d = rem
+	}
+	return d, false, nil
 }
 
 // note records err, the failure of the attempt at addr, as the last one
@@ -229,13 +248,8 @@ func (r *retrier) note(addr string, err error, cutShort bool) {
 	}
 }
 
-// wait backs off before the next attempt.
-func (r *retrier) wait(ctx context.Context) error {
-	d := r.c.backoff(r.backoffs)
-	r.backoffs++
-	if rem := time.Until(r.deadline); d > rem {
-		d = rem
-	}
+// wait waits for the backoff d before the next attempt.
+func (r *retrier) wait(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {
@@ -245,6 +259,12 @@ func (r *retrier) wait(ctx context.Context) error {
 	case <-r.c.done:
 		return fmt.Errorf("client: %s: %w", r.op, ErrClosed)
 	}
+	return r.expired()
+}
+
+// expired returns the error to give up with once RetryTimeout has passed,
+// nil before.
+func (r *retrier) expired() error {
 	if !time.Now().Before(r.deadline) {
 		return r.giveUp(nil)
 	}

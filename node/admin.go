@@ -28,11 +28,14 @@ type adminMember struct {
 // store; see space.go). A node below its reserve is healthy: /health
 // answers 200 and says so in its body; /ready answers 503 with the reason.
 //
+// With Config.Pprof it also serves runtime profiles under /debug/pprof/
+// (pprof.go).
+//
 // With TLS the admin server speaks HTTPS with the node's certificate. With
-// TLS client authentication, /status, /metrics and the fault endpoints
-// need a client certificate signed by the CA, as the client port does;
-// /health and /ready never do, so that probes that present none (a load
-// balancer's, Kubernetes') can read them.
+// TLS client authentication, /status, /metrics, the profiles and the fault
+// endpoints need a client certificate signed by the CA, as the client port
+// does; /health and /ready never do, so that probes that present none (a
+// load balancer's, Kubernetes') can read them.
 func (n *Node) adminHandler() http.Handler {
 	mux := &certMux{ServeMux: http.NewServeMux(), need: n.tls != nil && n.tls.clientAuth}
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
@@ -84,6 +87,9 @@ func (n *Node) adminHandler() http.Handler {
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
 	if n.cfg.FaultInjection {
 		n.faultHandlers(mux)
+	}
+	if n.cfg.Pprof {
+		pprofHandlers(mux)
 	}
 	return mux.ServeMux
 }

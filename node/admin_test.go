@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -78,5 +79,50 @@ func TestAdminEndpoints(t *testing.T) {
 		if code, _ := get(t, n, "/ready"); code != http.StatusOK {
 			t.Errorf("%s /ready: %d", n.ID(), code)
 		}
+	}
+}
+
+// With Config.Pprof the admin port serves runtime profiles under
+// /debug/pprof/; without it, they are not there (404), and Start refuses
+// Pprof without an admin address.
+func TestAdminPprof(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.AdminAddr = "127.0.0.1:0" })
+	off := c.waitLeader()
+	for _, path := range []string{"/debug/pprof/", "/debug/pprof/heap", "/debug/pprof/profile?seconds=1"} {
+		if code, _ := get(t, off, path); code != http.StatusNotFound {
+			t.Errorf("pprof off: GET %s: %d, want 404", path, code)
+		}
+	}
+
+	on := newTestCluster(t, 1, func(cfg *Config) { cfg.AdminAddr = "127.0.0.1:0"; cfg.Pprof = true }).waitLeader()
+	code, body := get(t, on, "/debug/pprof/")
+	if code != http.StatusOK || !strings.Contains(body, "goroutine") || !strings.Contains(body, "heap") {
+		t.Fatalf("/debug/pprof/: %d %q", code, body)
+	}
+	code, body = get(t, on, "/debug/pprof/goroutine?debug=2")
+	if code != http.StatusOK || !strings.Contains(body, "goroutine ") || !strings.Contains(body, "net/http.(*Server).Serve") {
+		t.Fatalf("/debug/pprof/goroutine?debug=2: %d, %d bytes", code, len(body))
+	}
+	// The binary profiles are gzipped protocol buffers, what go tool pprof reads.
+	for _, path := range []string{"/debug/pprof/heap?gc=1", "/debug/pprof/profile?seconds=1"} {
+		code, body = get(t, on, path)
+		if code != http.StatusOK || !strings.HasPrefix(body, "\x1f\x8b") {
+			t.Errorf("GET %s: %d, %d bytes starting %q, want a gzipped profile", path, code, len(body), body[:min(len(body), 8)])
+		}
+	}
+	for path, want := range map[string]int{
+		"/debug/pprof/nosuch":            http.StatusNotFound,
+		"/debug/pprof/profile?seconds=0": http.StatusBadRequest,
+		"/debug/pprof/heap?debug=x":      http.StatusBadRequest,
+	} {
+		if code, body := get(t, on, path); code != want {
+			t.Errorf("GET %s: %d %q, want %d", path, code, body, want)
+		}
+	}
+
+	cfg := testConfig(t, t.TempDir(), "n1")
+	cfg.Pprof = true
+	if _, err := Start(context.Background(), cfg); err == nil || !strings.Contains(err.Error(), "Pprof needs an admin address") {
+		t.Fatalf("Start with Pprof and no admin address: %v", err)
 	}
 }

@@ -199,6 +199,14 @@ type Config struct {
 	// ErrNoFaultInjection.
 	FaultInjection bool
 
+	// Pprof serves Go's runtime profiles (CPU, heap, goroutines, execution
+	// traces) under /debug/pprof/ on the admin address (pprof.go), behind
+	// the same protection as /status: with TLS client authentication, only
+	// to clients with a certificate signed by the CA. Off by default: a
+	// profile exposes function names and stacks, and taking one costs the
+	// node CPU. It needs AdminAddr.
+	Pprof bool
+
 	// Logger receives the node's and raft's logs; default hclog to stderr
 	// at info level.
 	Logger hclog.Logger
@@ -226,6 +234,8 @@ func (c *Config) withDefaults() (Config, error) {
 		return o, errors.New("node: negative retention")
 	case o.FaultInjection && !FaultInjectionAvailable():
 		return o, ErrNoFaultInjection
+	case o.Pprof && o.AdminAddr == "":
+		return o, errors.New("node: Pprof needs an admin address (AdminAddr) to serve profiles on")
 	}
 	if len(o.Bootstrap) > 0 {
 		self := false

@@ -60,7 +60,9 @@ type applier interface {
 type applierFunc func(cmd []byte, timeout time.Duration) raft.ApplyFuture
 
 // Apply calls f.
-func (f applierFunc) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture { return f(cmd, timeout) }
+func (f applierFunc) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	return f(cmd, timeout)
+}
 
 // maxBatchesInFlight is the node's proposer's maxInFlight: how many
 // batches may be in raft at once, one being stored by the leader while the

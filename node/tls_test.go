@@ -126,8 +126,8 @@ func TestMutualTLS(t *testing.T) {
 }
 
 // With TLS the admin port speaks HTTPS; with client authentication,
-// /metrics and /status need a client certificate, /health and /ready do
-// not.
+// /metrics, /status and the profiles need a client certificate, /health
+// and /ready do not.
 func TestAdminPortHTTPS(t *testing.T) {
 	dir := t.TempDir()
 	ca := testcert.NewCA(t, dir, "cluster")
@@ -135,6 +135,7 @@ func TestAdminPortHTTPS(t *testing.T) {
 		cert, key := issueNode(t, ca, cfg.ID)
 		cfg.TLS = &TLSConfig{CertFile: cert, KeyFile: key, CAFile: ca.File, ClientAuth: true}
 		cfg.AdminAddr = "127.0.0.1:0"
+		cfg.Pprof = true
 	})
 	n := c.waitLeader()
 	get := func(conf *tls.Config, url string) (int, string) {
@@ -164,6 +165,11 @@ func TestAdminPortHTTPS(t *testing.T) {
 		{anon, "/status", http.StatusUnauthorized},
 		{withCert, "/metrics", http.StatusOK},
 		{withCert, "/status", http.StatusOK},
+		{anon, "/debug/pprof/", http.StatusUnauthorized},
+		{anon, "/debug/pprof/heap", http.StatusUnauthorized},
+		{anon, "/debug/pprof/profile?seconds=1", http.StatusUnauthorized},
+		{withCert, "/debug/pprof/", http.StatusOK},
+		{withCert, "/debug/pprof/heap", http.StatusOK},
 	} {
 		if code, body := get(tc.conf, n.AdminURL()+tc.path); code != tc.want {
 			t.Errorf("GET %s (client certificate: %v): %d %s, want %d", tc.path, tc.conf == withCert, code, body, tc.want)

@@ -31,9 +31,29 @@ var handle = func() *codec.MsgpackHandle {
 
 // EncodeBody encodes v, normally a pointer to one of this package's message
 // types, as a body. Struct fields are written as a map keyed by their
-// msgpack tag names, in declaration order, so equal values encode to equal
-// bytes.
+// msgpack tag names in sorted order, fields tagged omitempty left out when
+// zero, so equal values encode to equal bytes. The hot-path messages
+// (Append, Read and Tail, their replies and items, Credit) take the
+// hand-written codec of fastcodec.go, the others go-msgpack's; both write
+// the same bytes.
 func EncodeBody(v any) ([]byte, error) {
+	if m := fastOf(v); m != nil {
+		return m.appendMsgpack(make([]byte, 0, m.msgpackSize())), nil
+	}
+	return encodeReflect(v)
+}
+
+// appendBody appends the encoding of v, as EncodeBody writes it, to dst.
+func appendBody(dst []byte, v any) ([]byte, error) {
+	if m := fastOf(v); m != nil {
+		return m.appendMsgpack(dst), nil
+	}
+	b, err := encodeReflect(v)
+	return append(dst, b...), err
+}
+
+// encodeReflect encodes v with go-msgpack.
+func encodeReflect(v any) ([]byte, error) {
 	var b []byte
 	e := encoders.Get().(*codec.Encoder)
 	e.ResetBytes(&b)
@@ -60,7 +80,21 @@ var (
 // MaxBodyElements, no extension types, and only field names that v's type
 // declares. Every failure wraps ErrMalformedBody. A field added to a message
 // is therefore a protocol change: old peers refuse it rather than ignore it.
+//
+// For the hot-path messages (see EncodeBody) the byte slices of the decoded
+// value (records, record data) share memory with b, which the caller must
+// no longer modify; strings are copies. Their hand-written decoder reads
+// the fields in any order; a body it does not expect goes to go-msgpack's,
+// so both codecs accept and refuse the same bodies.
 func DecodeBody(b []byte, v any) error {
+	if m := fastOf(v); m != nil && m.decodeMsgpack(b) {
+		return nil
+	}
+	return decodeReflect(b, v)
+}
+
+// decodeReflect decodes b into v with go-msgpack, as DecodeBody.
+func decodeReflect(b []byte, v any) error {
 	if err := checkBody(b); err != nil {
 		return err
 	}

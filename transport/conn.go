@@ -36,9 +36,10 @@ const DefaultStreamWindow = 64
 
 // Conn is the client side of a connection. It pipelines requests: any
 // number of goroutines may call it at once, each request gets a fresh id,
-// and replies are matched by id in whatever order they come. When the
-// connection fails, every call in flight and every later call returns an
-// error wrapping ErrClosed and the cause.
+// and replies are matched by id in whatever order they come. Call waits
+// for its reply; Go returns at once and hands the reply to a function. When
+// the connection fails, every call in flight and every later call returns
+// an error wrapping ErrClosed and the cause.
 type Conn struct {
 	nc    net.Conn      // immutable
 	opts  ConnOptions   // immutable, defaults applied
@@ -55,8 +56,10 @@ type Conn struct {
 
 // pending is a request waiting for its final frame.
 type pending struct {
-	final  chan Frame // capacity 1: the final frame of a unary call
-	stream *Stream    // set for a stream
+	final  chan Frame  // capacity 1: the final frame of a Call
+	stream *Stream     // set for a stream
+	done   func(error) // set for a Go: called with the outcome, by the read loop
+	resp   any         // with done: what the reply is decoded into
 }
 
 // NewConn starts a client on nc, which it owns from now on.
@@ -149,8 +152,50 @@ func (c *Conn) Call(ctx context.Context, op Op, req, resp any) error {
 	}
 }
 
+// Go sends req, a pointer to op's request type, like Call, but returns
+// once the request is sent, without waiting for the reply: done is then
+// called exactly once, with the error Call would have returned, after the
+// reply was decoded into resp (a pointer to a zero value of op's response
+// type, or nil to drop it), or with an error wrapping ErrClosed when the
+// connection fails first. ctx bounds only the wait for an in-flight slot
+// (see ConnOptions.MaxInFlight), not the request.
+//
+// Go returns the request's id, for Abandon, or an error when it sent
+// nothing: then done is never called. A request whose frame could not be
+// written fails the connection and is completed through done.
+//
+// done runs on the goroutine that reads the connection, possibly before Go
+// returns: it must not block, nor wait for another reply of this Conn
+// (Call from done would deadlock); hand anything slow to another
+// goroutine. Go lets one goroutine keep many requests in flight without a
+// goroutine waiting for each.
+func (c *Conn) Go(ctx context.Context, op Op, req, resp any, done func(error)) (uint64, error) {
+	if op.Streaming() {
+		return 0, fmt.Errorf("transport: %v is a streaming op; use OpenStream", op)
+	}
+	if done == nil {
+		return 0, errors.New("transport: Go without a done function")
+	}
+	id, err := c.start(ctx, op, req, &pending{done: done, resp: resp})
+	if id == 0 {
+		return 0, err
+	}
+	return id, nil // a failed write reaches done through the read loop
+}
+
+// Abandon tells the server that nobody waits any more for request id, which
+// Go returned for op; the server then ends it early, usually with Canceled.
+// The request keeps its in-flight slot, and its done function is still
+// called, once the final frame arrives or the connection fails. Abandoning
+// a request that has completed does nothing.
+func (c *Conn) Abandon(op Op, id uint64) {
+	c.abandon(op, id)
+}
+
 // start encodes a request, takes an in-flight slot, registers p under a
-// new id and sends the request.
+// new id and sends the request. It returns the id once p is registered,
+// also when sending then failed (which fails the connection, so the read
+// loop completes p), and 0 when it registered nothing.
 func (c *Conn) start(ctx context.Context, op Op, req any, p *pending) (uint64, error) {
 	body, err := EncodeBody(req)
 	if err != nil {
@@ -180,7 +225,7 @@ func (c *Conn) start(ctx context.Context, op Op, req any, p *pending) (uint64, e
 	c.pending[id] = p
 	c.mu.Unlock()
 	if err := c.write(Frame{Type: FrameRequest, Op: op, ID: id, Body: body}); err != nil {
-		return 0, err
+		return id, err
 	}
 	return id, nil
 }
@@ -258,8 +303,11 @@ func (c *Conn) readLoop() {
 	c.pending = nil
 	c.mu.Unlock()
 	for _, p := range pend {
-		if p.stream != nil {
+		switch {
+		case p.stream != nil:
 			p.stream.finish(c.Err())
+		case p.done != nil:
+			p.done(c.Err())
 		}
 	}
 	close(c.done)
@@ -283,9 +331,12 @@ func (c *Conn) route(f Frame) error {
 			return fmt.Errorf("%w: %v for unknown request id %d", ErrProtocol, f.Type, f.ID)
 		}
 		<-c.slots
-		if p.stream != nil {
+		switch {
+		case p.stream != nil:
 			p.stream.finish(replyError(f, nil))
-		} else {
+		case p.done != nil:
+			p.done(replyError(f, p.resp))
+		default:
 			p.final <- f
 		}
 		return nil

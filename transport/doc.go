@@ -29,9 +29,25 @@
 // another.
 //
 // Concurrency: a Conn may be used by any number of goroutines; each call
-// gets its own request id and replies are matched by id. Serve runs each
-// request in its own goroutine and serialises writes; a Tail stream sends
-// no more items than the client has granted credits for.
+// gets its own request id and replies are matched by id. Serve reads a
+// connection in one goroutine and hands each request to a worker
+// goroutine, which runs the Handler and queues the reply; a worker serves
+// one request at a time and waits for the next, and exits after a few
+// seconds without one, so requests run concurrently up to
+// Limits.MaxInFlight without paying for a goroutine each. Replies are
+// coalesced: frames queued while the connection is being written, and
+// those whose goroutines are ready to run when a write starts (the
+// replies of a committed batch), go out in one write call. Replies waiting
+// to be written are bounded: once Limits.MaxFrameSize bytes of them wait,
+// workers wait too, with their requests still counted in flight.
+// A Tail stream sends no more items than the client has granted credits
+// for.
+//
+// Codecs: the bodies of Append, Read and Tail, their replies and items,
+// and Credit have hand-written msgpack codecs (fastcodec.go) that write
+// exactly what go-msgpack writes and read it without reflection; other
+// bodies, and bodies the hand-written decoders do not expect, take
+// go-msgpack. Decoded records share memory with the frame they came in.
 //
 // # The raft transport
 //

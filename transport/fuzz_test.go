@@ -112,3 +112,57 @@ func FuzzDecodeBody(f *testing.F) {
 		}
 	})
 }
+
+// FuzzFastCodec holds the hand-written codecs of the hot-path bodies to
+// go-msgpack's on arbitrary bodies: a body the hand-written decoder
+// accepts, go-msgpack accepts too and reads as the same value (one it
+// gives up on is left zero); DecodeBody returns what go-msgpack returns,
+// the same value or an error for both; and whatever value go-msgpack
+// reads, the hand-written encoder writes as go-msgpack does.
+func FuzzFastCodec(f *testing.F) {
+	for _, v := range sampleMessages() {
+		if fastOf(v) == nil {
+			continue
+		}
+		b, err := EncodeBody(v)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Add([]byte("\x82\xa7records\x92\xc4\x01a\xc0\xa3seq\x05"))
+	f.Add([]byte("\x82\xa3seq\x05\xa3seq\x06"))
+	f.Add([]byte("\x81\xa7records\x91\x83\xa5index\x01\xa4data\xc4\x00\xabappended_at\xd0\x80"))
+	f.Add([]byte("\x81\xa7indexes\xdc\x00\x02\x01\xcf\x00\x00\x00\x00\x00\x00\x00\x02"))
+	f.Add([]byte("\x81\xa5items\xce\x00\x00\x00\x10"))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		for _, typ := range fastTypes() {
+			fast := reflect.New(typ).Interface()
+			fastOK := fastOf(fast).decodeMsgpack(in)
+			ref := reflect.New(typ).Interface()
+			refErr := decodeReflect(in, ref)
+			switch {
+			case fastOK && refErr != nil:
+				t.Fatalf("%v: hand-written decoder accepts what go-msgpack refuses: %v", typ, refErr)
+			case fastOK && !reflect.DeepEqual(fast, ref):
+				t.Fatalf("%v: hand-written decoder reads %+v, go-msgpack %+v", typ, fast, ref)
+			case !fastOK && !reflect.DeepEqual(fast, reflect.New(typ).Interface()):
+				t.Fatalf("%v: hand-written decoder gave up and left %+v", typ, fast)
+			}
+			got := reflect.New(typ).Interface()
+			if err := DecodeBody(in, got); (err == nil) != (refErr == nil) || !reflect.DeepEqual(got, ref) {
+				t.Fatalf("%v: DecodeBody = %+v, %v; go-msgpack %+v, %v", typ, got, err, ref, refErr)
+			}
+			if refErr != nil {
+				continue
+			}
+			want, err := encodeReflect(ref)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if enc, _ := EncodeBody(ref); !bytes.Equal(enc, want) {
+				t.Fatalf("%v: %+v encodes as % x, go-msgpack % x", typ, ref, enc, want)
+			}
+		}
+	})
+}

@@ -43,21 +43,39 @@ type Request interface {
 
 // opInfo describes one op for the dispatcher.
 type opInfo struct {
-	name   string
-	stream bool
-	req    reflect.Type // request struct type
-	resp   reflect.Type // response (or, for a stream, item) struct type
+	name    string
+	stream  bool
+	req     reflect.Type   // request struct type
+	resp    reflect.Type   // response (or, for a stream, item) struct type
+	respPtr reflect.Type   // pointer to resp
+	newReq  func() Request // returns a pointer to a zero request
+}
+
+// opOf describes an op with request type Req and response (or item) type
+// Resp.
+func opOf[Req any, PReq interface {
+	*Req
+	Request
+}, Resp any](name string, stream bool) opInfo {
+	return opInfo{
+		name:    name,
+		stream:  stream,
+		req:     reflect.TypeFor[Req](),
+		resp:    reflect.TypeFor[Resp](),
+		respPtr: reflect.TypeFor[*Resp](),
+		newReq:  func() Request { return PReq(new(Req)) },
+	}
 }
 
 var ops = [...]opInfo{
-	OpAppend:             {"Append", false, reflect.TypeFor[AppendRequest](), reflect.TypeFor[AppendResponse]()},
-	OpRead:               {"Read", false, reflect.TypeFor[ReadRequest](), reflect.TypeFor[ReadResponse]()},
-	OpTail:               {"Tail", true, reflect.TypeFor[TailRequest](), reflect.TypeFor[TailItem]()},
-	OpStatus:             {"Status", false, reflect.TypeFor[StatusRequest](), reflect.TypeFor[StatusResponse]()},
-	OpJoin:               {"Join", false, reflect.TypeFor[JoinRequest](), reflect.TypeFor[JoinResponse]()},
-	OpRemove:             {"Remove", false, reflect.TypeFor[RemoveRequest](), reflect.TypeFor[RemoveResponse]()},
-	OpTransferLeadership: {"TransferLeadership", false, reflect.TypeFor[TransferLeadershipRequest](), reflect.TypeFor[TransferLeadershipResponse]()},
-	OpTrim:               {"Trim", false, reflect.TypeFor[TrimRequest](), reflect.TypeFor[TrimResponse]()},
+	OpAppend:             opOf[AppendRequest, *AppendRequest, AppendResponse]("Append", false),
+	OpRead:               opOf[ReadRequest, *ReadRequest, ReadResponse]("Read", false),
+	OpTail:               opOf[TailRequest, *TailRequest, TailItem]("Tail", true),
+	OpStatus:             opOf[StatusRequest, *StatusRequest, StatusResponse]("Status", false),
+	OpJoin:               opOf[JoinRequest, *JoinRequest, JoinResponse]("Join", false),
+	OpRemove:             opOf[RemoveRequest, *RemoveRequest, RemoveResponse]("Remove", false),
+	OpTransferLeadership: opOf[TransferLeadershipRequest, *TransferLeadershipRequest, TransferLeadershipResponse]("TransferLeadership", false),
+	OpTrim:               opOf[TrimRequest, *TrimRequest, TrimResponse]("Trim", false),
 }
 
 func (op Op) info() (opInfo, bool) {
@@ -88,7 +106,7 @@ func NewRequest(op Op) (Request, bool) {
 	if !ok {
 		return nil, false
 	}
-	return reflect.New(i.req).Interface().(Request), true
+	return i.newReq(), true
 }
 
 // MaxIDLength is the longest node id, client id or address, in bytes.

@@ -84,8 +84,11 @@ package transport
 // # Limits and faults
 //
 // A server never stops reading a connection while it has requests in flight
-// (credits and cancels must get through), so it enforces its in-flight
-// limits by refusing, not by backpressure: a request beyond
+// (credits and cancels must get through), unless the client stops reading
+// its replies: a server buffers a bounded amount of replies, then waits, and
+// closes the connection once a write has stalled for its write timeout. So
+// it enforces its in-flight limits by refusing, not by backpressure: a
+// request beyond
 // Limits.MaxInFlight requests, or Limits.MaxInFlightBytes of request bodies,
 // is answered at once with an Error of code Busy, and the connection stays
 // open. So does a request that cannot be decoded or validated, or names an
@@ -260,10 +263,17 @@ func FrameLength(n int) int { return HeaderSize + n }
 // maxSize, and it allocates the body as its bytes arrive, so a peer that
 // announces a large frame and stalls pins little memory.
 func ReadFrame(r io.Reader, maxSize int) (Frame, error) {
+	var hdr [PrefixSize + HeaderSize]byte
+	return readFrame(r, hdr[:], maxSize)
+}
+
+// readFrame is ReadFrame with the caller's scratch space for the header,
+// hdr of PrefixSize+HeaderSize bytes, so that a loop reading frames does
+// not allocate it for each.
+func readFrame(r io.Reader, hdr []byte, maxSize int) (Frame, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxFrameSize
 	}
-	var hdr [PrefixSize + HeaderSize]byte
 	if _, err := io.ReadFull(r, hdr[:PrefixSize]); err != nil {
 		return Frame{}, err // io.EOF at a boundary, io.ErrUnexpectedEOF inside
 	}

@@ -18,11 +18,11 @@ import (
 
 // Encoding primitives.
 
-func appendUint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
+func appendUvarint(b []byte, v uint64) []byte { return binary.AppendUvarint(b, v) }
 
-func appendInt(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
+func appendVarint(b []byte, v int64) []byte { return binary.AppendVarint(b, v) }
 
-func appendBool(b []byte, v bool) []byte {
+func appendFlag(b []byte, v bool) []byte {
 	if v {
 		return append(b, 1)
 	}
@@ -40,11 +40,11 @@ func appendTime(b []byte, t time.Time) []byte {
 	if t.IsZero() {
 		return append(b, 0)
 	}
-	return appendUint(appendInt(append(b, 1), t.Unix()), uint64(t.Nanosecond()))
+	return appendUvarint(appendVarint(append(b, 1), t.Unix()), uint64(t.Nanosecond()))
 }
 
 func appendRPCHeader(b []byte, h *raft.RPCHeader) []byte {
-	b = appendInt(b, int64(h.ProtocolVersion))
+	b = appendVarint(b, int64(h.ProtocolVersion))
 	return appendBytes(appendBytes(b, h.ID), h.Addr)
 }
 
@@ -217,7 +217,7 @@ func logLen(e *raft.Log) int {
 
 // appendLog appends the encoding of one entry.
 func appendLog(b []byte, e *raft.Log) []byte {
-	b = appendUint(appendUint(b, e.Index), e.Term)
+	b = appendUvarint(appendUint(b, e.Index), e.Term)
 	b = append(b, byte(e.Type))
 	b = appendBytes(appendBytes(b, e.Data), e.Extensions)
 	return appendTime(b, e.AppendedAt)
@@ -228,12 +228,12 @@ func appendLog(b []byte, e *raft.Log) []byte {
 func appendAppendEntriesRequest(b []byte, r *raft.AppendEntriesRequest, n int) ([]byte, error) {
 	b = appendRPCHeader(b, &r.RPCHeader)
 	//lint:ignore SA1019 raft v1.8.0 still sets and reads Leader
-	b = appendBytes(appendUint(b, r.Term), r.Leader)
-	b = appendUint(appendUint(appendUint(b, r.PrevLogEntry), r.PrevLogTerm), r.LeaderCommitIndex)
+	b = appendBytes(appendUvarint(b, r.Term), r.Leader)
+	b = appendUvarint(appendUint(appendUvarint(b, r.PrevLogEntry), r.PrevLogTerm), r.LeaderCommitIndex)
 	if r.Entries == nil {
 		return append(b, 0), nil
 	}
-	b = appendUint(b, uint64(n)+1)
+	b = appendUvarint(b, uint64(n)+1)
 	for i, e := range r.Entries[:n] {
 		if e == nil {
 			return b, fmt.Errorf("transport: AppendEntries entry %d is nil", i)
@@ -273,8 +273,8 @@ func decodeAppendEntriesRequest(body []byte, r *raft.AppendEntriesRequest) error
 }
 
 func appendAppendEntriesResponse(b []byte, r *raft.AppendEntriesResponse) []byte {
-	b = appendUint(appendUint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.LastLog)
-	return appendBool(appendBool(b, r.Success), r.NoRetryBackoff)
+	b = appendUvarint(appendUint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.LastLog)
+	return appendFlag(appendBool(b, r.Success), r.NoRetryBackoff)
 }
 
 func decodeAppendEntriesResponse(d *raftDec, r *raft.AppendEntriesResponse) {
@@ -285,8 +285,8 @@ func decodeAppendEntriesResponse(d *raftDec, r *raft.AppendEntriesResponse) {
 
 func appendRequestVoteRequest(b []byte, r *raft.RequestVoteRequest) []byte {
 	//lint:ignore SA1019 raft v1.8.0 still sets and reads Candidate
-	b = appendBytes(appendUint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Candidate)
-	return appendBool(appendUint(appendUint(b, r.LastLogIndex), r.LastLogTerm), r.LeadershipTransfer)
+	b = appendBytes(appendUvarint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Candidate)
+	return appendFlag(appendUvarint(appendUint(b, r.LastLogIndex), r.LastLogTerm), r.LeadershipTransfer)
 }
 
 func decodeRequestVoteRequest(body []byte, r *raft.RequestVoteRequest) error {
@@ -300,8 +300,8 @@ func decodeRequestVoteRequest(body []byte, r *raft.RequestVoteRequest) error {
 }
 
 func appendRequestVoteResponse(b []byte, r *raft.RequestVoteResponse) []byte {
-	b = appendBytes(appendUint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Peers)
-	return appendBool(b, r.Granted)
+	b = appendBytes(appendUvarint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Peers)
+	return appendFlag(b, r.Granted)
 }
 
 func decodeRequestVoteResponse(d *raftDec, r *raft.RequestVoteResponse) {
@@ -310,8 +310,8 @@ func decodeRequestVoteResponse(d *raftDec, r *raft.RequestVoteResponse) {
 }
 
 func appendRequestPreVoteRequest(b []byte, r *raft.RequestPreVoteRequest) []byte {
-	b = appendUint(appendRPCHeader(b, &r.RPCHeader), r.Term)
-	return appendUint(appendUint(b, r.LastLogIndex), r.LastLogTerm)
+	b = appendUvarint(appendRPCHeader(b, &r.RPCHeader), r.Term)
+	return appendUvarint(appendUint(b, r.LastLogIndex), r.LastLogTerm)
 }
 
 func decodeRequestPreVoteRequest(body []byte, r *raft.RequestPreVoteRequest) error {
@@ -322,7 +322,7 @@ func decodeRequestPreVoteRequest(body []byte, r *raft.RequestPreVoteRequest) err
 }
 
 func appendRequestPreVoteResponse(b []byte, r *raft.RequestPreVoteResponse) []byte {
-	return appendBool(appendUint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Granted)
+	return appendFlag(appendUvarint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Granted)
 }
 
 func decodeRequestPreVoteResponse(d *raftDec, r *raft.RequestPreVoteResponse) {
@@ -340,11 +340,11 @@ func appendInstallSnapshotRequest(b []byte, r *raft.InstallSnapshotRequest) ([]b
 	if r.Size < 0 {
 		return b, fmt.Errorf("transport: InstallSnapshot of size %d", r.Size)
 	}
-	b = appendInt(appendRPCHeader(b, &r.RPCHeader), int64(r.SnapshotVersion))
-	b = appendBytes(appendUint(b, r.Term), r.Leader)
-	b = appendBytes(appendUint(appendUint(b, r.LastLogIndex), r.LastLogTerm), r.Peers)
-	b = appendUint(appendBytes(b, r.Configuration), r.ConfigurationIndex)
-	return appendUint(b, uint64(r.Size)), nil
+	b = appendVarint(appendRPCHeader(b, &r.RPCHeader), int64(r.SnapshotVersion))
+	b = appendBytes(appendUvarint(b, r.Term), r.Leader)
+	b = appendBytes(appendUvarint(appendUint(b, r.LastLogIndex), r.LastLogTerm), r.Peers)
+	b = appendUvarint(appendBytes(b, r.Configuration), r.ConfigurationIndex)
+	return appendUvarint(b, uint64(r.Size)), nil
 }
 
 func decodeInstallSnapshotRequest(body []byte, r *raft.InstallSnapshotRequest) error {
@@ -368,7 +368,7 @@ func decodeInstallSnapshotRequest(body []byte, r *raft.InstallSnapshotRequest) e
 }
 
 func appendInstallSnapshotResponse(b []byte, r *raft.InstallSnapshotResponse) []byte {
-	return appendBool(appendUint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Success)
+	return appendFlag(appendUvarint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Success)
 }
 
 func decodeInstallSnapshotResponse(d *raftDec, r *raft.InstallSnapshotResponse) {
@@ -467,7 +467,7 @@ func appendResponse(b []byte, k raftKind, resp any, rpcErr error) []byte {
 	if msg == "" {
 		b = append(b, 0)
 	} else {
-		b = append(appendUint(b, uint64(len(msg))+1), msg...)
+		b = append(appendUvarint(b, uint64(len(msg))+1), msg...)
 	}
 	switch k {
 	case raftAppendEntries:

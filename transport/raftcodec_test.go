@@ -208,11 +208,11 @@ func TestRaftCodecMalformed(t *testing.T) {
 		{"bytes past the end", raftTimeoutNow, []byte{0, 10, 'a', 0}},
 		{"bad bool", raftRequestVote, []byte{0, 0, 0, 1, 0, 0, 0, 2}},
 		{"bad time tag", raftAppendEntries, []byte{0, 0, 0, 1, 0, 0, 0, 0, 2, 1, 1, 0, 0, 0, 7}},
-		{"nanoseconds past a second", raftAppendEntries, append([]byte{0, 0, 0, 1, 0, 0, 0, 0, 2, 1, 1, 0, 0, 0, 1, 2}, appendUint(nil, 1e9)...)},
-		{"zero time written as a time", raftAppendEntries, append([]byte{0, 0, 0, 1, 0, 0, 0, 0, 2, 1, 1, 0, 0, 0, 1}, appendUint(appendInt(nil, time.Time{}.Unix()), 0)...)},
+		{"nanoseconds past a second", raftAppendEntries, append([]byte{0, 0, 0, 1, 0, 0, 0, 0, 2, 1, 1, 0, 0, 0, 1, 2}, appendUvarint(nil, 1e9)...)},
+		{"zero time written as a time", raftAppendEntries, append([]byte{0, 0, 0, 1, 0, 0, 0, 0, 2, 1, 1, 0, 0, 0, 1}, appendUvarint(appendVarint(nil, time.Time{}.Unix()), 0)...)},
 		{"more entries than bytes", raftAppendEntries, []byte{0, 0, 0, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f, 1, 1, 0, 0, 0, 0}},
-		{"size past int64", raftInstallSnapshot, append(make([]byte, 11), appendUint(nil, 1<<63)...)},
-		{"protocol version out of range", raftTimeoutNow, append(appendInt(nil, 1<<40), 0, 0)},
+		{"size past int64", raftInstallSnapshot, append(make([]byte, 11), appendUvarint(nil, 1<<63)...)},
+		{"protocol version out of range", raftTimeoutNow, append(appendVarint(nil, 1<<40), 0, 0)},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

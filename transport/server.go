@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -15,7 +16,8 @@ import (
 )
 
 // Handler serves decoded, validated requests. The node implements it.
-// Serve calls its methods concurrently, one goroutine per request.
+// Serve calls its methods concurrently, each request on a goroutine of its
+// own while it runs (goroutines are reused from one request to the next).
 type Handler interface {
 	// Handle serves a unary request. req is a pointer to op's request type
 	// (for example *AppendRequest for OpAppend), already validated against
@@ -56,9 +58,13 @@ func Serve(ctx context.Context, nc net.Conn, handler Handler, limits Limits) err
 		h:        handler,
 		lim:      lim,
 		br:       bufio.NewReaderSize(nc, 64<<10),
+		work:     make(chan *serverReq),
+		quit:     make(chan struct{}),
 		inflight: make(map[uint64]*serverReq),
 		w:        newFrameWriter(nc, lim.WriteTimeout),
 	}
+	s.w.limit = lim.MaxFrameSize
+	s.w.onFail = s.writeFailed
 	if tc, ok := nc.(tlsConn); ok {
 		st, err := handshake(ctx, tc, lim.FrameTimeout)
 		if err != nil {
@@ -77,9 +83,11 @@ func Serve(ctx context.Context, nc net.Conn, handler Handler, limits Limits) err
 	stop := context.AfterFunc(ctx, func() { nc.Close() })
 	err = s.readLoop(reqCtx)
 	stop()
+	close(s.quit)
 	nc.Close()
 	cancelReqs()
 	s.wg.Wait()
+	s.w.wait()
 	if ctx.Err() != nil {
 		return nil // shutting down: the read failed because ctx closed nc
 	}
@@ -123,12 +131,25 @@ func handshake(ctx context.Context, tc tlsConn, timeout time.Duration) (*tls.Con
 }
 
 // serverConn is the state of one served connection.
+//
+// The read loop reads frames and answers those it can at once (Credit,
+// Cancel, refusals); it hands each request to a worker goroutine, which
+// decodes it, calls the handler, encodes the reply and queues it on the
+// frame writer, then waits for the next request. A worker is reused while
+// requests keep coming and exits after workerIdle without one, so a
+// connection has at most as many workers as it had requests in flight at
+// once, and a request rarely pays for a new goroutine or for growing its
+// stack. The frame writer coalesces the replies that workers queue at about
+// the same time into one write.
 type serverConn struct {
-	nc  net.Conn      // immutable
-	h   Handler       // immutable
-	lim Limits        // immutable, defaults applied
-	br  *bufio.Reader // owned by the read loop
-	wg  sync.WaitGroup
+	nc   net.Conn                      // immutable
+	h    Handler                       // immutable
+	lim  Limits                        // immutable, defaults applied
+	br   *bufio.Reader                 // owned by the read loop
+	hdr  [PrefixSize + HeaderSize]byte // owned by the read loop: frame header scratch
+	wg   sync.WaitGroup                // the workers
+	work chan *serverReq               // unbuffered: hands a request to an idle worker
+	quit chan struct{}                 // closed when the read loop has ended: idle workers exit
 
 	w *frameWriter // coalesces and serialises frame writes
 
@@ -139,23 +160,37 @@ type serverConn struct {
 	writeErr error                 // the first failed write, which closed nc
 }
 
-// serverReq is one request in flight.
+// serverReq is one request in flight. Its fields are set by the read loop
+// before the request is handed to a worker, then immutable.
 type serverReq struct {
-	cancel context.CancelFunc // cancels the handler's context
+	s      *serverConn
+	ctx    context.Context    // the handler's context
+	cancel context.CancelFunc // cancels ctx
+	f      Frame              // the request frame
+	info   opInfo             // its op
 	size   int                // body size, counted in serverConn.bytes
 	stream *ServerStream      // nil for a unary request
 }
 
+// workerIdle is how long a worker waits for another request before it
+// exits.
+const workerIdle = 5 * time.Second
+
 // readLoop reads frames until the connection ends or misbehaves.
 func (s *serverConn) readLoop(ctx context.Context) error {
 	for {
-		if err := s.awaitFrame(); err != nil {
-			if err == io.EOF || errors.Is(err, os.ErrDeadlineExceeded) {
-				return nil // closed by the client, or idle
+		// A frame already in the buffer is read without touching the
+		// connection, so its deadlines need not be armed: a client that
+		// pipelines saves two deadline updates per request.
+		if !s.frameBuffered() {
+			if err := s.awaitFrame(); err != nil {
+				if err == io.EOF || errors.Is(err, os.ErrDeadlineExceeded) {
+					return nil // closed by the client, or idle
+				}
+				return err
 			}
-			return err
 		}
-		f, err := ReadFrame(s.br, s.lim.MaxFrameSize)
+		f, err := readFrame(s.br, s.hdr[:], s.lim.MaxFrameSize)
 		if err != nil {
 			return s.fatal(f, err)
 		}
@@ -173,6 +208,16 @@ func (s *serverConn) readLoop(ctx context.Context) error {
 			return s.fatal(f, err)
 		}
 	}
+}
+
+// frameBuffered reports whether the read buffer holds a whole frame.
+func (s *serverConn) frameBuffered() bool {
+	n := s.br.Buffered()
+	if n < PrefixSize {
+		return false
+	}
+	p, _ := s.br.Peek(PrefixSize)
+	return uint64(n) >= PrefixSize+uint64(binary.BigEndian.Uint32(p))
 }
 
 // awaitFrame waits for the first byte of the next frame under the idle
@@ -233,66 +278,99 @@ func (s *serverConn) request(ctx context.Context, f Frame) error {
 	}
 	if len(s.inflight) >= s.lim.MaxInFlight {
 		s.mu.Unlock()
-		return s.writeError(f.Op, f.ID, errorf(CodeBusy, "the limit of %d requests in flight is reached", s.lim.MaxInFlight))
+		return s.queueError(f.Op, f.ID, errorf(CodeBusy, "the limit of %d requests in flight is reached", s.lim.MaxInFlight), nil)
 	}
 	if len(s.inflight) > 0 && s.bytes+len(f.Body) > s.lim.MaxInFlightBytes {
 		s.mu.Unlock()
-		return s.writeError(f.Op, f.ID, errorf(CodeBusy, "%d bytes in flight, a request of %d, limit %d", s.bytes, len(f.Body), s.lim.MaxInFlightBytes))
+		return s.queueError(f.Op, f.ID, errorf(CodeBusy, "%d bytes in flight, a request of %d, limit %d", s.bytes, len(f.Body), s.lim.MaxInFlightBytes), nil)
 	}
 	if !known {
 		s.mu.Unlock()
-		return s.writeError(f.Op, f.ID, errorf(CodeUnknownOp, "unknown op %d", uint16(f.Op)))
+		return s.queueError(f.Op, f.ID, errorf(CodeUnknownOp, "unknown op %d", uint16(f.Op)), nil)
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &serverReq{cancel: cancel, size: len(f.Body)}
+	r := &serverReq{s: s, ctx: rctx, cancel: cancel, f: f, info: info, size: len(f.Body)}
 	if info.stream {
-		r.stream = &ServerStream{s: s, ctx: rctx, op: f.Op, id: f.ID, item: info.resp, more: make(chan struct{}, 1)}
+		r.stream = &ServerStream{s: s, ctx: rctx, op: f.Op, id: f.ID, item: info.respPtr, more: make(chan struct{}, 1)}
 	}
 	s.inflight[f.ID] = r
 	s.bytes += r.size
 	s.mu.Unlock()
-	s.wg.Add(1)
-	go s.serve(rctx, f, info, r)
+	select {
+	case s.work <- r: // an idle worker takes it
+	default:
+		s.wg.Add(1)
+		go s.worker(r)
+	}
 	return nil
 }
 
-// serve runs one request to its final frame.
-func (s *serverConn) serve(ctx context.Context, f Frame, info opInfo, r *serverReq) {
+// worker serves r, then every request handed to it, until it idles for
+// workerIdle or the read loop ends.
+func (s *serverConn) worker(r *serverReq) {
 	defer s.wg.Done()
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		s.serve(r)
+		idle.Reset(workerIdle)
+		select {
+		case r = <-s.work:
+		case <-idle.C:
+			return
+		case <-s.quit:
+			return
+		}
+	}
+}
+
+// serve runs one request to its final frame.
+func (s *serverConn) serve(r *serverReq) {
 	defer r.cancel()
-	resp, err := s.call(ctx, f, info, r)
+	resp, err := s.call(r)
 	var body []byte
+	sp := scratch.Get().(*[]byte)
 	if err == nil {
-		body, err = EncodeBody(resp)
+		body, err = appendBody((*sp)[:0], resp)
 	}
 	if err == nil && FrameLength(len(body)) > s.lim.MaxFrameSize {
 		err = errorf(CodeTooLarge, "response of %d bytes exceeds the frame limit %d", len(body), s.lim.MaxFrameSize)
 	}
-	// Leave the in-flight set before the final frame goes out, so that a
-	// client that sees it may use the slot at once.
+	if err != nil {
+		s.queueError(r.f.Op, r.f.ID, wireError(err), r)
+	} else {
+		s.queue(Frame{Type: FrameResponse, Op: r.f.Op, ID: r.f.ID, Body: body}, r)
+	}
+	if cap(body) <= maxScratch { // the frame writer has copied it
+		*sp = body[:0]
+		scratch.Put(sp)
+	}
+}
+
+// release takes r out of the in-flight set. The frame writer calls it
+// just before r's final frame enters its buffer, so that a client that
+// sees the frame may use the slot at once.
+func (r *serverReq) release() {
+	s := r.s
 	s.mu.Lock()
-	delete(s.inflight, f.ID)
+	delete(s.inflight, r.f.ID)
 	s.bytes -= r.size
 	if s.idle {
 		s.setIdleDeadlineLocked()
 	}
 	s.mu.Unlock()
-	if err != nil {
-		s.writeError(f.Op, f.ID, wireError(err))
-		return
-	}
-	s.write(Frame{Type: FrameResponse, Op: f.Op, ID: f.ID, Body: body})
 }
 
 // call decodes and validates the request and runs the handler, turning a
 // panic into an Internal error.
-func (s *serverConn) call(ctx context.Context, f Frame, info opInfo, r *serverReq) (resp any, err error) {
+func (s *serverConn) call(r *serverReq) (resp any, err error) {
+	f, info := r.f, r.info
 	defer func() {
 		if p := recover(); p != nil {
 			resp, err = nil, errorf(CodeInternal, "%v handler panicked: %v", f.Op, p)
 		}
 	}()
-	req := reflect.New(info.req).Interface().(Request)
+	req := info.newReq()
 	if err := DecodeBody(f.Body, req); err != nil {
 		return nil, errorf(CodeBadRequest, "%v", err)
 	}
@@ -300,23 +378,29 @@ func (s *serverConn) call(ctx context.Context, f Frame, info opInfo, r *serverRe
 		return nil, err
 	}
 	if info.stream {
-		if err := s.h.Stream(ctx, f.Op, req, r.stream); err != nil {
+		if err := s.h.Stream(r.ctx, f.Op, req, r.stream); err != nil {
 			return nil, err
 		}
 		return struct{}{}, nil
 	}
-	resp, err = s.h.Handle(ctx, f.Op, req)
+	resp, err = s.h.Handle(r.ctx, f.Op, req)
 	if err != nil {
 		return nil, err
 	}
 	if resp == nil {
 		return reflect.New(info.resp).Interface(), nil
 	}
-	if t := reflect.TypeOf(resp); t != reflect.PointerTo(info.resp) {
-		return nil, errorf(CodeInternal, "%v handler returned %v, want %v", f.Op, t, reflect.PointerTo(info.resp))
+	if t := reflect.TypeOf(resp); t != info.respPtr {
+		return nil, errorf(CodeInternal, "%v handler returned %v, want %v", f.Op, t, info.respPtr)
 	}
 	return resp, nil
 }
+
+// scratch holds buffers (*[]byte) to encode replies in.
+var scratch = sync.Pool{New: func() any { return new([]byte) }}
+
+// maxScratch bounds the buffers kept in scratch.
+const maxScratch = 64 << 10
 
 // wireError turns a handler's error into the Error a client sees.
 func wireError(err error) *Error {
@@ -362,28 +446,45 @@ func (s *serverConn) cancel(f Frame) error {
 	return nil
 }
 
-// writeError sends e as the final frame of request id.
+// queueError queues e as the final frame of request id. r, if not nil, is
+// the request, which leaves the in-flight set as the frame is queued.
+func (s *serverConn) queueError(op Op, id uint64, e *Error, r releaser) error {
+	body, err := EncodeBody(e)
+	if err != nil {
+		if r != nil {
+			r.release()
+		}
+		return err
+	}
+	return s.queue(Frame{Type: FrameError, Op: op, ID: id, Body: body}, r)
+}
+
+// queue queues one frame; see frameWriter.queue. A failed write closes
+// the connection (see writeFailed); the error says so.
+func (s *serverConn) queue(f Frame, r releaser) error {
+	return s.w.queue(f, r)
+}
+
+// writeError sends e as the final frame of request id, and waits until it
+// is written, for a connection about to be closed.
 func (s *serverConn) writeError(op Op, id uint64, e *Error) error {
 	body, err := EncodeBody(e)
 	if err != nil {
 		return err
 	}
-	return s.write(Frame{Type: FrameError, Op: op, ID: id, Body: body})
+	return s.w.write(Frame{Type: FrameError, Op: op, ID: id, Body: body})
 }
 
-// write sends one frame under the write timeout. A failed write closes the
-// connection: the client cannot know how much of the frame arrived.
-func (s *serverConn) write(f Frame) error {
-	if err := s.w.write(f); err != nil {
-		s.mu.Lock()
-		if s.writeErr == nil {
-			s.writeErr = fmt.Errorf("transport: write %v frame: %w", f.Type, err)
-		}
-		s.mu.Unlock()
-		s.nc.Close()
-		return err
+// writeFailed records the write error that failed the connection and
+// closes it: the client cannot know how much of a frame arrived. The frame
+// writer calls it once, with its lock held.
+func (s *serverConn) writeFailed(err error) {
+	s.mu.Lock()
+	if s.writeErr == nil {
+		s.writeErr = fmt.Errorf("transport: write to client: %w", err)
 	}
-	return nil
+	s.mu.Unlock()
+	s.nc.Close()
 }
 
 // ServerStream sends the items of one streaming request under the client's
@@ -393,7 +494,7 @@ type ServerStream struct {
 	ctx  context.Context // immutable: the request's context
 	op   Op              // immutable
 	id   uint64          // immutable
-	item reflect.Type    // immutable: the item struct type
+	item reflect.Type    // immutable: the pointer to item struct type
 
 	mu      sync.Mutex    // guards credits
 	credits int64         // items the client has granted and not received
@@ -404,13 +505,14 @@ type ServerStream struct {
 const maxCredits = 1 << 40
 
 // Send encodes item, a pointer to the op's item type (*TailItem for
-// OpTail), waits for a credit and sends it. It returns the context's error
-// once the client cancels or the connection ends, an error wrapping
-// ErrFrameTooLarge for an item that does not fit a frame (nothing is sent),
-// and the write error if the connection fails.
+// OpTail), waits for a credit and queues it to be sent; it does not wait
+// for the write, except while the connection's write buffer is full. It
+// returns the context's error once the client cancels or the connection
+// ends, an error wrapping ErrFrameTooLarge for an item that does not fit a
+// frame (nothing is sent), and the write error once the connection failed.
 func (st *ServerStream) Send(item any) error {
-	if t := reflect.TypeOf(item); t != reflect.PointerTo(st.item) {
-		return fmt.Errorf("transport: %v stream item is %v, want %v", st.op, t, reflect.PointerTo(st.item))
+	if t := reflect.TypeOf(item); t != st.item {
+		return fmt.Errorf("transport: %v stream item is %v, want %v", st.op, t, st.item)
 	}
 	body, err := EncodeBody(item)
 	if err != nil {
@@ -438,7 +540,7 @@ func (st *ServerStream) Send(item any) error {
 			return st.ctx.Err()
 		}
 	}
-	return st.s.write(Frame{Type: FrameStreamItem, Op: st.op, ID: st.id, Body: body})
+	return st.s.queue(Frame{Type: FrameStreamItem, Op: st.op, ID: st.id, Body: body}, nil)
 }
 
 // grant adds n credits and wakes a waiting Send.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -33,6 +34,8 @@ type benchOptions struct {
 	flush    node.FlushMode // with local
 	dir      string         // with local; "": a temporary directory
 	clients  int
+	inFlight int // > 0: one goroutine with this many AppendAsync in flight, instead of clients
+	requests int // client.Options.MaxAppendRequests; 0: its default
 	size     int64
 	batch    int
 	duration time.Duration
@@ -43,7 +46,9 @@ type benchOptions struct {
 type benchResult struct {
 	Target        string  `json:"target"` // "local" or the addresses
 	Flush         string  `json:"flush,omitempty"`
-	Clients       int     `json:"clients"`
+	Clients       int     `json:"clients"`             // 0 with in_flight
+	InFlight      int     `json:"in_flight,omitempty"` // appends in flight from one goroutine
+	Requests      int     `json:"requests"`            // the client's MaxAppendRequests
 	RecordSize    int     `json:"record_size"`
 	Batch         int     `json:"batch"`
 	Seconds       float64 `json:"seconds"`
@@ -63,23 +68,30 @@ type benchResult struct {
 func parseBench(e *env, args []string) (*benchOptions, error) {
 	o := &benchOptions{flush: node.FlushSync, clients: 16, size: 1024, batch: 1, duration: 10 * time.Second}
 	fs := newFlagSet(e, "bench", "", `
-Measures appends: --clients goroutines share one client (which pipelines
-their requests), each with one append of --batch records of --size bytes in
-flight, for --duration. A progress line on stderr shows the acked records/s
-each second; then it prints the acked records, records/s, MiB/s and the
-latency percentiles of the appends, from every latency measured.
+Measures appends, for --duration, through one Go client: either --clients
+goroutines, each with one append of --batch records of --size bytes in
+flight (Append), or, with --in-flight N, one goroutine keeping N such
+appends in flight (AppendAsync with a window of N). The client packs the
+appends waiting into as few requests as it can, with at most --requests
+requests in flight (1 by default, which keeps appends in order). A progress
+line on stderr shows the acked records/s each second; then it prints the
+acked records, records/s, MiB/s and the latency percentiles of the
+appends, from every latency measured.
 
 --local starts a 3-node cluster in this process, like demo, in a temporary
 directory under $TMPDIR that is removed after.
 
-Latencies are what the appenders see, queueing in the client included: a
-connection carries at most 128 requests at once (the server's default
-limit), so beyond 128 clients appends wait for a slot.`)
+Latencies are what the appenders see, queueing in the client included.
+With --in-flight, an append's latency is taken when it and every append
+before it have completed (so with --requests above 1, an append that
+completes before an earlier one counts from when the earlier one does).`)
 	o.cluster.define(fs)
 	fs.BoolVar(&o.local, "local", false, "start a local 3-node cluster instead of using --addrs")
 	fs.Var(flushValue{&o.flush}, "flush", "with --local, the nodes' flush `mode`: sync or async")
 	fs.StringVar(&o.dir, "dir", "", "with --local, keep the data and logs in this new or empty `directory`")
 	fs.IntVar(&o.clients, "clients", o.clients, "`number` of concurrent appenders, each with one append in flight")
+	fs.IntVar(&o.inFlight, "in-flight", 0, "instead of --clients, one appender keeping this `number` of appends in flight")
+	fs.IntVar(&o.requests, "requests", 0, "the most append `requests` the client keeps in flight (default 1: appends stay in order)")
 	fs.Var(sizeValue{&o.size}, "size", "record `size` (1024, 4KiB)")
 	fs.IntVar(&o.batch, "batch", o.batch, "`records` per append")
 	fs.DurationVar(&o.duration, "duration", o.duration, "how long to append for, at most "+maxBenchDuration.String())
@@ -99,6 +111,12 @@ limit), so beyond 128 clients appends wait for a slot.`)
 		return nil, usagef("--flush and --dir apply to --local only")
 	case o.clients < 1 || o.clients > maxBenchClients:
 		return nil, usagef("--clients %d is outside [1, %d]", o.clients, maxBenchClients)
+	case fs.given("in-flight") && fs.given("clients"):
+		return nil, usagef("give --clients or --in-flight, not both")
+	case fs.given("in-flight") && (o.inFlight < 1 || o.inFlight > client.MaxAppendWindow):
+		return nil, usagef("--in-flight %d is outside [1, %d]", o.inFlight, client.MaxAppendWindow)
+	case o.requests < 0 || o.requests > client.MaxAppendRequestsLimit:
+		return nil, usagef("--requests %d is outside [1, %d]", o.requests, client.MaxAppendRequestsLimit)
 	case o.size < 1:
 		return nil, usagef("--size must be at least 1 byte")
 	case o.batch < 1 || o.batch > transport.DefaultMaxAppendRecords:
@@ -168,6 +186,13 @@ func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchR
 		res.Target = strings.Join(addrs, ",")
 	}
 	opts := o.cluster.options()
+	opts.MaxInFlightAppends = o.clients
+	if o.inFlight > 0 {
+		opts.MaxInFlightAppends = o.inFlight
+		res.Clients, res.InFlight = 0, o.inFlight
+	}
+	opts.MaxAppendRequests = o.requests
+	res.Requests = cmp.Or(o.requests, client.DefaultMaxAppendRequests)
 	dctx, cancel := context.WithTimeout(ctx, o.cluster.timeout)
 	c, err := client.Dial(dctx, addrs, opts)
 	cancel()
@@ -189,44 +214,23 @@ func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchR
 		return nil, fmt.Errorf("first append: %w", err)
 	}
 
+	tally := &benchTally{batch: uint64(o.batch)}
 	var (
-		acked    atomic.Uint64
-		errCount atomic.Uint64
-		errOnce  sync.Once
-		wg       sync.WaitGroup
-		lats     = make([][]time.Duration, o.clients)
-		stop     = make(chan struct{})
-		done     = make(chan struct{})
+		wg   sync.WaitGroup
+		lats = make([][]time.Duration, max(o.clients, 1))
+		stop = make(chan struct{})
+		done = make(chan struct{})
 	)
 	start := time.Now()
 	timer := time.AfterFunc(o.duration, func() { close(stop) })
 	defer timer.Stop()
-	for w := range o.clients {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for {
-				select {
-				case <-stop:
-					return
-				case <-ctx.Done():
-					return
-				default:
-				}
-				t0 := time.Now()
-				_, err := c.Append(ctx, recs...)
-				lat := time.Since(t0)
-				if err != nil {
-					if ctx.Err() == nil {
-						errCount.Add(1)
-						errOnce.Do(func() { res.FirstError = err.Error() })
-					}
-					return // an appender stops at its first failure
-				}
-				lats[w] = append(lats[w], lat)
-				acked.Add(uint64(o.batch))
-			}
-		}()
+	if o.inFlight > 0 {
+		lats = lats[:1]
+		wg.Go(func() { lats[0] = benchAsync(ctx, c, o.inFlight, recs, stop, tally) })
+	} else {
+		for w := range o.clients {
+			wg.Go(func() { lats[w] = benchAppends(ctx, c, recs, stop, tally) })
+		}
 	}
 	go func() { wg.Wait(); close(done) }()
 	tick := time.NewTicker(time.Second)
@@ -238,7 +242,7 @@ func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchR
 			running = false
 		case <-tick.C:
 			el := time.Since(start).Seconds()
-			n := acked.Load()
+			n := tally.acked.Load()
 			fmt.Fprintf(progress, "\r%4.0fs  %d records acked, %.0f records/s   ", el, n, float64(n)/el)
 			progressed = true
 		}
@@ -255,8 +259,9 @@ func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchR
 	slices.Sort(all)
 	res.Seconds = elapsed.Seconds()
 	res.Appends = uint64(len(all))
-	res.Records = acked.Load()
-	res.Errors = errCount.Load()
+	res.Records = tally.acked.Load()
+	res.Errors = tally.errors.Load()
+	res.FirstError = tally.firstError
 	res.RecordsPerSec = float64(res.Records) / elapsed.Seconds()
 	res.MiBPerSec = res.RecordsPerSec * float64(o.size) / (1 << 20)
 	res.P50Micros = micros(percentile(all, 0.50))
@@ -266,6 +271,95 @@ func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchR
 		res.MaxMicros = micros(all[len(all)-1])
 	}
 	return res, nil
+}
+
+// benchTally counts the appends of a bench run; its methods may be called
+// from any goroutine.
+type benchTally struct {
+	batch      uint64        // immutable: records per append
+	acked      atomic.Uint64 // records acked
+	errors     atomic.Uint64 // appends failed
+	errOnce    sync.Once     // sets firstError once
+	firstError string        // set by errOnce; read once every appender is done
+}
+
+// failed counts err, the failure of an append that ctx did not end.
+func (t *benchTally) failed(ctx context.Context, err error) {
+	if ctx.Err() != nil {
+		return
+	}
+	t.errors.Add(1)
+	t.errOnce.Do(func() { t.firstError = err.Error() })
+}
+
+// benchAppends appends recs with Append, one at a time, until stop is
+// closed, ctx ends or an append fails, and returns the latencies.
+func benchAppends(ctx context.Context, c *client.Client, recs [][]byte, stop <-chan struct{}, tally *benchTally) []time.Duration {
+	var lats []time.Duration
+	for {
+		select {
+		case <-stop:
+			return lats
+		case <-ctx.Done():
+			return lats
+		default:
+		}
+		t0 := time.Now()
+		_, err := c.Append(ctx, recs...)
+		lat := time.Since(t0)
+		if err != nil {
+			tally.failed(ctx, err)
+			return lats // an appender stops at its first failure
+		}
+		lats = append(lats, lat)
+		tally.acked.Add(tally.batch)
+	}
+}
+
+// benchAsync appends recs with AppendAsync, keeping inFlight appends in
+// flight, until stop is closed, ctx ends or an append fails; it waits for
+// the appends in flight and returns the latencies. A second goroutine
+// takes the futures in submission order and times each as it finds it
+// complete.
+func benchAsync(ctx context.Context, c *client.Client, inFlight int, recs [][]byte, stop <-chan struct{}, tally *benchTally) []time.Duration {
+	type sent struct {
+		f  *client.AppendFuture
+		t0 time.Time
+	}
+	queue := make(chan sent, inFlight)
+	var lats []time.Duration
+	var failed atomic.Bool
+	collected := make(chan struct{})
+	go func() {
+		defer close(collected)
+		for s := range queue {
+			<-s.f.Done()
+			lat := time.Since(s.t0)
+			if err := s.f.Err(); err != nil {
+				tally.failed(ctx, err)
+				failed.Store(true) // the appender stops at its first failure
+				continue
+			}
+			lats = append(lats, lat)
+			tally.acked.Add(tally.batch)
+		}
+	}()
+loop:
+	for !failed.Load() {
+		select {
+		case <-stop:
+			break loop
+		case <-ctx.Done():
+			break loop
+		default:
+		}
+		f := c.AppendAsync(ctx, recs...) // waits while inFlight are in flight
+		// Timed from here, like an Append, which never waits for room.
+		queue <- sent{f, time.Now()}
+	}
+	close(queue)
+	<-collected
+	return lats
 }
 
 // percentile returns the q-quantile of sorted by the nearest-rank method,
@@ -298,7 +392,11 @@ func printBench(w io.Writer, r *benchResult, asJSON bool) error {
 	us := func(v float64) time.Duration {
 		return time.Duration(v * float64(time.Microsecond)).Round(time.Microsecond)
 	}
-	_, err := fmt.Fprintf(w, `%d clients, %s records, %d per append, for %.1fs against %s
+	who := fmt.Sprintf("%d clients", r.Clients)
+	if r.InFlight > 0 {
+		who = fmt.Sprintf("%d appends in flight", r.InFlight)
+	}
+	_, err := fmt.Fprintf(w, `%s (%d requests), %s records, %d per append, for %.1fs against %s
 acked records   %d (%d appends)
 records/s       %.0f
 MiB/s           %.2f
@@ -306,7 +404,7 @@ latency p50     %v
 latency p99     %v
 latency p99.9   %v
 latency max     %v
-`, r.Clients, formatSize(int64(r.RecordSize)), r.Batch, r.Seconds, target,
+`, who, r.Requests, formatSize(int64(r.RecordSize)), r.Batch, r.Seconds, target,
 		r.Records, r.Appends, r.RecordsPerSec, r.MiBPerSec,
 		us(r.P50Micros), us(r.P99Micros), us(r.P999Micros), us(r.MaxMicros))
 	if err == nil && r.Errors > 0 {

@@ -138,13 +138,22 @@ const appendBatchBytes = 1 << 20
 func cmdAppend(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var stdin bool
-	batch := 100
+	batch, inFlight := 100, 16
 	fs := newFlagSet(e, "append", "[record ...]", `
 Appends records, given as arguments or read as lines from stdin, and prints
-the index of each, one a line, once the cluster has committed it.`)
+the index of each, one a line, once the cluster has committed it.
+
+With --stdin, lines are sent as they are read, --batch lines per append,
+with up to --in-flight appends in flight; the client packs the appends
+waiting into as few requests as it can and sends one request at a time, so
+the lines are stored in input order. Indexes are printed in input order.
+When an append fails, the command sends nothing more and fails, naming its
+lines: the lines before them were stored (their indexes are printed); those
+after them were not, or may have been if they were already in flight.`)
 	cf.define(fs)
 	fs.BoolVar(&stdin, "stdin", false, "append the lines of stdin (without their line ends) instead of arguments")
 	fs.IntVar(&batch, "batch", batch, "with --stdin, send up to this many `lines` in one append")
+	fs.IntVar(&inFlight, "in-flight", inFlight, "with --stdin, keep up to this many `appends` in flight")
 	rest, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -156,18 +165,28 @@ the index of each, one a line, once the cluster has committed it.`)
 		return usagef("no records: give them as arguments or use --stdin")
 	case batch < 1 || batch > transport.DefaultMaxAppendRecords:
 		return usagef("--batch %d is outside [1, %d]", batch, transport.DefaultMaxAppendRecords)
+	case inFlight < 1 || inFlight > client.MaxAppendWindow:
+		return usagef("--in-flight %d is outside [1, %d]", inFlight, client.MaxAppendWindow)
 	}
 	if err := cf.check(); err != nil {
 		return err
 	}
-	c, err := cf.dial(ctx)
+	opts := cf.options()
+	opts.MaxInFlightAppends = inFlight
+	dctx, cancel := context.WithTimeout(ctx, cf.timeout)
+	c, err := client.Dial(dctx, cf.addrs, opts)
+	cancel()
 	if err != nil {
 		return err
 	}
 	defer c.Close()
 	w := bufio.NewWriter(e.stdout)
 	defer w.Flush()
-	send := func(recs [][]byte) error {
+	if !stdin {
+		recs := make([][]byte, len(rest))
+		for i, r := range rest {
+			recs[i] = []byte(r)
+		}
 		idx, err := c.Append(ctx, recs...)
 		if err != nil {
 			return err
@@ -175,40 +194,79 @@ the index of each, one a line, once the cluster has committed it.`)
 		for _, i := range idx {
 			fmt.Fprintln(w, i)
 		}
-		return w.Flush()
+		return nil
 	}
-	if !stdin {
-		recs := make([][]byte, len(rest))
-		for i, r := range rest {
-			recs[i] = []byte(r)
+	return appendLines(ctx, c, e.stdin, w, batch, inFlight)
+}
+
+// appendLines appends the lines of r, batch lines per append, with up to
+// inFlight appends in flight, and prints their indexes to w in input order
+// as they commit. It stops at the first append that fails.
+func appendLines(ctx context.Context, c *client.Client, r io.Reader, w *bufio.Writer, batch, inFlight int) error {
+	type sent struct {
+		f           *client.AppendFuture
+		first, last int // its lines, from 1
+	}
+	// Appends not yet sent fail once ctx is cancelled, after a failure.
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	futs := make(chan sent, inFlight)
+	printed := make(chan error, 1)
+	go func() { // prints in input order, as appends complete
+		var failed error
+		for s := range futs {
+			if failed != nil {
+				continue // the reader stops at the next line
+			}
+			select {
+			case <-s.f.Done():
+			default:
+				w.Flush() // before waiting: show what is done
+			}
+			idx, err := s.f.Indexes(), s.f.Err()
+			if err != nil {
+				failed = fmt.Errorf("stdin lines %d-%d: %w", s.first, s.last, err)
+				cancel()
+				continue
+			}
+			for _, i := range idx {
+				w.WriteString(strconv.FormatUint(i, 10))
+				w.WriteByte('\n')
+			}
 		}
-		return send(recs)
-	}
-	sc := bufio.NewScanner(e.stdin)
+		printed <- errors.Join(failed, w.Flush())
+	}()
+
+	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 64<<10), maxLine)
 	var recs [][]byte
-	size, line := 0, 0
-	for sc.Scan() {
+	size, line, first := 0, 0, 1
+	send := func() {
+		futs <- sent{c.AppendAsync(ctx, recs...), first, line}
+		recs, size, first = nil, 0, line+1
+	}
+	for ctx.Err() == nil && sc.Scan() {
 		line++
 		recs = append(recs, append([]byte(nil), sc.Bytes()...))
 		size += len(sc.Bytes())
 		if len(recs) >= batch || size >= appendBatchBytes {
-			if err := send(recs); err != nil {
-				return err
-			}
-			recs, size = recs[:0:0], 0
+			send()
 		}
+	}
+	if len(recs) > 0 && ctx.Err() == nil { // also after a read error: what was read goes
+		send()
+	}
+	close(futs)
+	if err := <-printed; err != nil {
+		return err
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, bufio.ErrTooLong) {
-			return fmt.Errorf("stdin line %d is longer than %s", line+1, formatSize(maxLine))
+			return fmt.Errorf("stdin line %d is longer than %s (the lines before it were appended)", line+1, formatSize(maxLine))
 		}
-		return fmt.Errorf("reading stdin: %w", err)
+		return fmt.Errorf("reading stdin after line %d (the lines before it were appended): %w", line, err)
 	}
-	if len(recs) > 0 {
-		return send(recs)
-	}
-	return nil
+	return ctx.Err()
 }
 
 // recordPrinter prints records as index<TAB>data lines.

@@ -36,34 +36,48 @@ func TestDemoOnce(t *testing.T) {
 }
 
 func TestBenchLocal(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	e, _, _ := testEnv(nil)
-	o, err := parseBench(e, []string{"--local", "--dir", t.TempDir(), "--clients", "4", "--size", "256", "--duration", "1s", "--flush", "async"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	var progress bytes.Buffer
-	res, err := runBench(ctx, o, &progress)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out bytes.Buffer
-	if err := printBench(&out, res, false); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("progress: %q\n%s", progress.String(), out.String())
-	if res.Records == 0 || res.Records != res.Appends || res.Errors != 0 {
-		t.Errorf("records %d, appends %d, errors %d (%s)", res.Records, res.Appends, res.Errors, res.FirstError)
-	}
-	if res.Seconds < 1 || res.RecordsPerSec <= 0 || res.MiBPerSec <= 0 {
-		t.Errorf("result %+v", res)
-	}
-	if !(0 < res.P50Micros && res.P50Micros <= res.P99Micros && res.P99Micros <= res.P999Micros && res.P999Micros <= res.MaxMicros) {
-		t.Errorf("latencies p50 %v p99 %v p99.9 %v max %v", res.P50Micros, res.P99Micros, res.P999Micros, res.MaxMicros)
-	}
-	if !strings.Contains(progress.String(), "records acked") {
-		t.Errorf("no progress line: %q", progress.String())
+	for _, tc := range []struct {
+		name string
+		args []string
+		who  string
+	}{
+		{"clients", []string{"--clients", "4"}, "4 clients (1 requests)"},
+		{"in flight", []string{"--in-flight", "64", "--requests", "2", "--batch", "2"}, "64 appends in flight (2 requests)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			e, _, _ := testEnv(nil)
+			o, err := parseBench(e, append([]string{"--local", "--dir", t.TempDir(), "--size", "256", "--duration", "1s", "--flush", "async"}, tc.args...))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var progress bytes.Buffer
+			res, err := runBench(ctx, o, &progress)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var out bytes.Buffer
+			if err := printBench(&out, res, false); err != nil {
+				t.Fatal(err)
+			}
+			t.Logf("progress: %q\n%s", progress.String(), out.String())
+			if !strings.HasPrefix(out.String(), tc.who+", 256B records, ") {
+				t.Errorf("output does not begin with %q", tc.who)
+			}
+			if res.Records == 0 || res.Records != res.Appends*uint64(o.batch) || res.Errors != 0 {
+				t.Errorf("records %d, appends %d, errors %d (%s)", res.Records, res.Appends, res.Errors, res.FirstError)
+			}
+			if res.Seconds < 1 || res.RecordsPerSec <= 0 || res.MiBPerSec <= 0 {
+				t.Errorf("result %+v", res)
+			}
+			if !(0 < res.P50Micros && res.P50Micros <= res.P99Micros && res.P99Micros <= res.P999Micros && res.P999Micros <= res.MaxMicros) {
+				t.Errorf("latencies p50 %v p99 %v p99.9 %v max %v", res.P50Micros, res.P99Micros, res.P999Micros, res.MaxMicros)
+			}
+			if !strings.Contains(progress.String(), "records acked") {
+				t.Errorf("no progress line: %q", progress.String())
+			}
+		})
 	}
 }
 

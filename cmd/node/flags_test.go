@@ -146,7 +146,7 @@ func TestServeFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c := o.cfg; len(c.Join) != 3 || c.Flush != node.FlushSync || c.RetentionBytes != 0 || o.level != hclog.Info || o.joinTimeout != time.Minute ||
-		c.RaftTransport != node.RaftTransportNative {
+		c.RaftTransport != node.RaftTransportNative || c.Pprof {
 		t.Errorf("defaults: %+v, level %v", c, o.level)
 	}
 	if o.cfg.RaftMaxInFlight != 1 {
@@ -159,6 +159,12 @@ func TestServeFlags(t *testing.T) {
 	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--raft-max-in-flight", "4"})
 	if err != nil || o.cfg.RaftMaxInFlight != 4 {
 		t.Errorf("--raft-max-in-flight 4: %v, %d", err, o.cfg.RaftMaxInFlight)
+	}
+
+	e, _, _ = testEnv(map[string]string{"RAFTLOG_PPROF": "true"})
+	o, err = parseServe(e, []string{"--id=n1", "--data-dir", "d", "--admin-addr", "127.0.0.1:7002"})
+	if err != nil || !o.cfg.Pprof || o.cfg.AdminAddr != "127.0.0.1:7002" {
+		t.Errorf("RAFTLOG_PPROF=true: %v, pprof %v", err, o != nil && o.cfg.Pprof)
 	}
 }
 
@@ -191,6 +197,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--tls-admins", "ops"}, nil, "TLS needs --tls-cert, --tls-key and --tls-ca (and --tls-client-auth and --tls-admins need TLS"},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d"}, map[string]string{"RAFTLOG_TLS_CLIENT_AUTH": "true"}, "TLS needs --tls-cert"},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--pprof"}, nil, "--pprof needs --admin-addr"},
 		{[]string{"append", "x"}, nil, "no cluster address: give --addrs host:port,... or set RAFTLOG_ADDRS"},
 		{[]string{"append", "--addrs", "127.0.0.1:1"}, nil, "no records"},
 		{[]string{"append", "--addrs", "127.0.0.1:1", "--stdin", "x"}, nil, "not both"},
@@ -217,6 +224,10 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"bench", "--local", "--clients", "0"}, nil, "--clients 0"},
 		{[]string{"bench", "--local", "--duration", "1h"}, nil, "--duration 1h0m0s"},
 		{[]string{"bench", "--local", "--size", "1MiB", "--batch", "100"}, nil, "does not fit"},
+		{[]string{"bench", "--local", "--clients", "4", "--in-flight", "64"}, nil, "--clients or --in-flight, not both"},
+		{[]string{"bench", "--local", "--in-flight", "0"}, nil, "--in-flight 0 is outside [1, 65536]"},
+		{[]string{"bench", "--local", "--requests", "200"}, nil, "--requests 200 is outside [1, 128]"},
+		{[]string{"append", "--addrs", "127.0.0.1:1", "--stdin", "--in-flight", "0"}, nil, "--in-flight 0 is outside [1, 65536]"},
 	} {
 		e, stdout, stderr := testEnv(tc.env)
 		code := run(context.Background(), e, tc.args)

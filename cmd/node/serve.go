@@ -96,6 +96,7 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.BoolVar(&tlsConf.ClientAuth, "tls-client-auth", false, "require clients to present a certificate signed by --tls-ca (mutual TLS)")
 	fs.Var(namesValue{&tlsConf.Admins}, "tls-admins", "the client `names,...` (certificate common names) that may join other nodes, remove, transfer leadership and trim;\nwith TLS, no other client may")
 	fs.Var(sizeValue{&c.MinFreeBytes}, "min-free", "refuse appends (and keep serving reads) while the data dir's file system has less free `space`; default two segments (128MiB)")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve Go runtime profiles (CPU, heap, goroutines, traces) under /debug/pprof/ on --admin-addr,\nprotected like /status; e.g. go tool pprof -top http://<admin-addr>/debug/pprof/profile?seconds=10")
 	fs.BoolVar(&c.FaultInjection, "fault-injection", false, "TESTS ONLY: serve /fault/partition, /fault/disk and /fault/nospace on --admin-addr")
 	if !node.FaultInjectionAvailable() {
 		fs.hidden["fault-injection"] = true // refused below
@@ -150,6 +151,8 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		return nil, usagef("--fault-injection (or %s): %v", envName("fault-injection"), node.ErrNoFaultInjection)
 	case c.FaultInjection && c.AdminAddr == "":
 		return nil, usagef("--fault-injection needs --admin-addr")
+	case c.Pprof && c.AdminAddr == "":
+		return nil, usagef("--pprof needs --admin-addr, the port it serves profiles on")
 	}
 	if !fs.given("leader-lease-timeout") {
 		c.LeaderLeaseTimeout = min(c.LeaderLeaseTimeout, c.HeartbeatTimeout)
