@@ -217,7 +217,7 @@ func logLen(e *raft.Log) int {
 
 // appendLog appends the encoding of one entry.
 func appendLog(b []byte, e *raft.Log) []byte {
-	b = appendUvarint(appendUint(b, e.Index), e.Term)
+	b = appendUvarint(appendUvarint(b, e.Index), e.Term)
 	b = append(b, byte(e.Type))
 	b = appendBytes(appendBytes(b, e.Data), e.Extensions)
 	return appendTime(b, e.AppendedAt)
@@ -229,7 +229,7 @@ func appendAppendEntriesRequest(b []byte, r *raft.AppendEntriesRequest, n int) (
 	b = appendRPCHeader(b, &r.RPCHeader)
 	//lint:ignore SA1019 raft v1.8.0 still sets and reads Leader
 	b = appendBytes(appendUvarint(b, r.Term), r.Leader)
-	b = appendUvarint(appendUint(appendUvarint(b, r.PrevLogEntry), r.PrevLogTerm), r.LeaderCommitIndex)
+	b = appendUvarint(appendUvarint(appendUvarint(b, r.PrevLogEntry), r.PrevLogTerm), r.LeaderCommitIndex)
 	if r.Entries == nil {
 		return append(b, 0), nil
 	}
@@ -273,8 +273,8 @@ func decodeAppendEntriesRequest(body []byte, r *raft.AppendEntriesRequest) error
 }
 
 func appendAppendEntriesResponse(b []byte, r *raft.AppendEntriesResponse) []byte {
-	b = appendUvarint(appendUint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.LastLog)
-	return appendFlag(appendBool(b, r.Success), r.NoRetryBackoff)
+	b = appendUvarint(appendUvarint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.LastLog)
+	return appendFlag(appendFlag(b, r.Success), r.NoRetryBackoff)
 }
 
 func decodeAppendEntriesResponse(d *raftDec, r *raft.AppendEntriesResponse) {
@@ -286,7 +286,7 @@ func decodeAppendEntriesResponse(d *raftDec, r *raft.AppendEntriesResponse) {
 func appendRequestVoteRequest(b []byte, r *raft.RequestVoteRequest) []byte {
 	//lint:ignore SA1019 raft v1.8.0 still sets and reads Candidate
 	b = appendBytes(appendUvarint(appendRPCHeader(b, &r.RPCHeader), r.Term), r.Candidate)
-	return appendFlag(appendUvarint(appendUint(b, r.LastLogIndex), r.LastLogTerm), r.LeadershipTransfer)
+	return appendFlag(appendUvarint(appendUvarint(b, r.LastLogIndex), r.LastLogTerm), r.LeadershipTransfer)
 }
 
 func decodeRequestVoteRequest(body []byte, r *raft.RequestVoteRequest) error {
@@ -311,7 +311,7 @@ func decodeRequestVoteResponse(d *raftDec, r *raft.RequestVoteResponse) {
 
 func appendRequestPreVoteRequest(b []byte, r *raft.RequestPreVoteRequest) []byte {
 	b = appendUvarint(appendRPCHeader(b, &r.RPCHeader), r.Term)
-	return appendUvarint(appendUint(b, r.LastLogIndex), r.LastLogTerm)
+	return appendUvarint(appendUvarint(b, r.LastLogIndex), r.LastLogTerm)
 }
 
 func decodeRequestPreVoteRequest(body []byte, r *raft.RequestPreVoteRequest) error {
@@ -342,7 +342,7 @@ func appendInstallSnapshotRequest(b []byte, r *raft.InstallSnapshotRequest) ([]b
 	}
 	b = appendVarint(appendRPCHeader(b, &r.RPCHeader), int64(r.SnapshotVersion))
 	b = appendBytes(appendUvarint(b, r.Term), r.Leader)
-	b = appendBytes(appendUvarint(appendUint(b, r.LastLogIndex), r.LastLogTerm), r.Peers)
+	b = appendBytes(appendUvarint(appendUvarint(b, r.LastLogIndex), r.LastLogTerm), r.Peers)
 	b = appendUvarint(appendBytes(b, r.Configuration), r.ConfigurationIndex)
 	return appendUvarint(b, uint64(r.Size)), nil
 }
