@@ -34,7 +34,8 @@ import (
 // A leader that refuses appends for want of space (space.go) stays ready:
 // it serves reads and trims, and the trim is how space comes back; every
 // node would answer the same, since appends go to the leader. /ready's
-// body says so, and /status has it in "refusing".
+// body says so, /status has it in "refusing", and raftlog_appends_refusing
+// is 1.
 
 // unhealthy returns why the node fails /health, "" when it does not.
 func (n *Node) unhealthy() string {

@@ -42,7 +42,7 @@ func heal(t *testing.T, c *testCluster) {
 // A node whose disk fails while it is idle has its store fail in the
 // background (the periodic checkpoint syncs the index slots the last
 // entry dirtied), and nothing it does writes, so nothing stops it: /health
-// must say so, and /ready too.
+// must say so, and /ready too, and raftlog_store_failed is 1.
 func TestHealthFailsWithTheStore(t *testing.T) {
 	c := faultCluster(t)
 	leader := c.waitLeader()
@@ -70,6 +70,8 @@ func TestHealthFailsWithTheStore(t *testing.T) {
 	}
 	mustProbe(t, f, "/health", http.StatusServiceUnavailable, "unhealthy: the store failed: ", "input/output error")
 	mustProbe(t, f, "/ready", http.StatusServiceUnavailable, "not ready: the store failed")
+	mustProbe(t, f, "/metrics", http.StatusOK, "\nraftlog_store_failed 1\n")
+	mustProbe(t, leader, "/metrics", http.StatusOK, "\nraftlog_store_failed 0\n")
 	// Stop it before an election reaches it: raft panics when it cannot
 	// store a term.
 	f.Close()

@@ -116,6 +116,9 @@ func TestNoSpaceOnFollowers(t *testing.T) {
 	if code, body := get(t, leader, "/ready"); code != http.StatusOK || !strings.Contains(body, "refusing appends: "+want) {
 		t.Fatalf("leader's /ready: %d %s", code, body)
 	}
+	if _, body := get(t, leader, "/metrics"); !strings.Contains(body, "\nraftlog_appends_refusing 1\n") {
+		t.Fatalf("leader's raftlog_appends_refusing is not 1")
+	}
 	if code, body := get(t, followers[0], "/health"); code != http.StatusOK || !strings.Contains(body, "below its free-space reserve") {
 		t.Fatalf("follower's /health: %d %s", code, body)
 	}
@@ -138,6 +141,9 @@ func TestNoSpaceOnFollowers(t *testing.T) {
 	}
 	if code, body := get(t, leader, "/ready"); code != http.StatusOK || strings.Contains(body, "refusing") {
 		t.Fatalf("leader's /ready after space was freed: %d %s", code, body)
+	}
+	if _, body := get(t, leader, "/metrics"); !strings.Contains(body, "\nraftlog_appends_refusing 0\n") {
+		t.Fatalf("leader's raftlog_appends_refusing is not 0 after space was freed")
 	}
 	waitApplied(t, c.nodes, 20*time.Second)
 }
