@@ -43,7 +43,7 @@ func (n *Node) unhealthy() string {
 		return fmt.Sprintf("stopped after a storage failure: %v", err)
 	}
 	if err := n.db.Err(); err != nil {
-		return fmt.Sprintf("the store failed: %v; the node stops at its next write; restart it to recover what was durable", err)
+		return fmt.Sprintf("the store failed: %v; the node is stopping; restart it to recover what was durable", err)
 	}
 	switch {
 	case n.removed.Load():
