@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/hashicorp/raft"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
@@ -22,11 +21,11 @@ type adminMember struct {
 	Suffrage string `json:"suffrage"`
 }
 
-// adminHandler serves /status (JSON), /health (the process serves) and
-// /ready (the node can take appends: it knows a leader, its data dir is
-// above its free-space reserve, and, on the leader, a quorum of voters can
-// store; see space.go). A node below its reserve is healthy: /health
-// answers 200 and says so in its body; /ready answers 503 with the reason.
+// adminHandler serves /status (JSON), /metrics (metrics.go), and the
+// probes /health (liveness: the process and its store work) and /ready
+// (readiness: the node can serve clients), which health.go defines. Both
+// answer 200 with a line saying what the node is, or 503 with a line
+// saying why not.
 //
 // With Config.Pprof it also serves runtime profiles under /debug/pprof/
 // (pprof.go).
@@ -51,38 +50,29 @@ func (n *Node) adminHandler() http.Handler {
 		enc.Encode(st)
 	})
 	mux.open("GET /health", func(w http.ResponseWriter, r *http.Request) {
-		if n.removed.Load() {
-			http.Error(w, "removed from the cluster", http.StatusServiceUnavailable)
+		if why := n.unhealthy(); why != "" {
+			http.Error(w, "unhealthy: "+why, http.StatusServiceUnavailable)
 			return
 		}
-		if n.raft.State() == raft.Shutdown {
-			http.Error(w, "raft is shut down", http.StatusServiceUnavailable)
-			return
-		}
+		fmt.Fprint(w, "ok")
 		if n.space.isBelow() {
 			sp := n.space.report()
-			fmt.Fprintf(w, "ok; data dir below its free-space reserve (%d MiB free, reserve %d MiB): appends are refused while this node leads\n",
+			fmt.Fprintf(w, "; data dir below its free-space reserve (%d MiB free, reserve %d MiB): appends are refused while this node leads",
 				sp.free>>20, sp.reserve>>20)
-			return
 		}
-		w.Write([]byte("ok\n"))
+		fmt.Fprintln(w)
 	})
 	mux.open("GET /ready", func(w http.ResponseWriter, r *http.Request) {
-		if addr, _ := n.raft.LeaderWithID(); addr == "" {
-			http.Error(w, "no leader known", http.StatusServiceUnavailable)
+		why, what := n.notReady(r.Context())
+		if why != "" {
+			http.Error(w, "not ready: "+why, http.StatusServiceUnavailable)
 			return
 		}
-		if n.space.isBelow() {
-			sp := n.space.report()
-			http.Error(w, fmt.Sprintf("not ready for appends: data dir below its free-space reserve (%d MiB free, reserve %d MiB)",
-				sp.free>>20, sp.reserve>>20), http.StatusServiceUnavailable)
-			return
+		fmt.Fprintf(w, "ready: %s", what)
+		if v := n.refusingAppends(); v != "" {
+			fmt.Fprintf(w, "; refusing appends: %s", v)
 		}
-		if v := n.space.verdict.Load(); v != nil && n.raft.State() == raft.Leader {
-			http.Error(w, "not ready for appends: "+v.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		w.Write([]byte("ready\n"))
+		fmt.Fprintln(w)
 	})
 	mux.Handle("GET /metrics", promhttp.HandlerFor(n.metrics.reg, promhttp.HandlerOpts{}))
 	if n.cfg.FaultInjection {

@@ -20,7 +20,7 @@ import (
 // Metrics. Each node has its own Prometheus registry, served at /metrics
 // on the admin address:
 //
-//	raftlog_requests_total{op,code}            client requests served, by op and result ("ok" or an error code)
+//	raftlog_requests_total{op,code}            client requests the handler answered, by op and result ("ok" or an error code)
 //	raftlog_request_duration_seconds{op}       histogram of request latency (a Tail: its whole life)
 //	raftlog_client_connections                 open client connections
 //	raftlog_client_connections_total           client connections accepted
@@ -38,17 +38,28 @@ import (
 //	raftlog_store_pinned_bytes{group}          bytes of the log a raftstore group keeps
 //	raftlog_store_free_bytes                   free bytes of the data dir's file system (space.go)
 //	raftlog_store_below_reserve                1 while the free bytes are below the reserve (--min-free)
+//	raftlog_store_failed                       1 once the store has failed (a write or fsync error latched): the node stops
 //	raftlog_store_errors_total{kind}           failed log and stable-store writes: no_space or io
+//	raftlog_appends_refusing                   1 while this node leads and refuses appends for want of space
 //	raftlog_appends_refused_total{reason}      appends refused by the leader: no_space or session_expired
-//	raftlog_requests_refused_total{op,reason}  requests refused for who sent them: permission (authz.go)
+//	raftlog_requests_refused_total{op,reason}  requests refused, by op ("none" when the frame names no known
+//	                                           op, or for a connection) and reason: malformed, too_large,
+//	                                           busy, unsupported (transport.RefusalObserver), permission (authz.go)
 //	raftlog_peer_connections_refused_total{reason}  raft connections refused in the TLS handshake: not_a_node
 //	raftlog_raft_term, raftlog_raft_last_index, raftlog_raft_commit_index,
 //	raftlog_raft_applied_index, raftlog_raft_first_index, raftlog_raft_leader (1 when leading)
 //
 // plus hashicorp/raft's own metrics (raftlog_raft_*, for example
 // raftlog_raft_commitTime), bridged from go-metrics, which is process-wide:
-// nodes in one process share them. Go runtime and process metrics are
-// included.
+// nodes in one process share them. The per-peer ones carry the peer in a
+// label, peer_id (for example
+// raftlog_raft_replication_appendEntries_rpc{peer_id="n2"}): the node
+// starts raft with NoLegacyTelemetry, which drops raft's copies with the
+// peer id in the metric name. Go runtime and process metrics are included.
+//
+// The counters an operator alerts on (store errors, refusals) are exported
+// as 0 from the start, so that an increase() over their first event is not
+// lost to a series that did not exist yet.
 type nodeMetrics struct {
 	reg *prometheus.Registry
 
@@ -71,7 +82,7 @@ type nodeMetrics struct {
 	storeErrors    *prometheus.CounterVec // by kind: no_space, io
 	refusedAppends *prometheus.CounterVec // by reason: refusedSpace, refusedSession
 
-	refusedRequests *prometheus.CounterVec // by op and reason: refusedPermission
+	refusedRequests *prometheus.CounterVec // by op and reason: refusedMalformed, refusedTooLarge, refusedBusy, refusedUnsupported, refusedPermission
 	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode
 }
 
@@ -130,12 +141,24 @@ func newNodeMetrics() *nodeMetrics {
 		Name: "raftlog_appends_refused_total", Help: "Appends the leader refused, by reason (no_space, session_expired).",
 	}, []string{"reason"})
 	m.refusedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "raftlog_requests_refused_total", Help: "Client requests refused for who sent them, by op and reason (permission).",
+		Name: "raftlog_requests_refused_total", Help: "Client requests refused, by op (none: no known op, or a connection) and reason (malformed, too_large, busy, unsupported, permission).",
 	}, []string{"op", "reason"})
 	m.refusedPeers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_peer_connections_refused_total", Help: "Raft connections refused in the TLS handshake, by reason (not_a_node).",
 	}, []string{"reason"})
-	m.refusedPeers.WithLabelValues(refusedNotANode) // exported as 0 from the start
+	// Exported as 0 from the start.
+	m.refusedPeers.WithLabelValues(refusedNotANode)
+	for _, kind := range []string{storeErrNoSpace, storeErrIO} {
+		m.storeErrors.WithLabelValues(kind)
+	}
+	for _, reason := range []string{refusedSpace, refusedSession} {
+		m.refusedAppends.WithLabelValues(reason)
+	}
+	for op := transport.Op(0); op == 0 || op.Valid(); op++ {
+		for _, reason := range []string{refusedMalformed, refusedTooLarge, refusedBusy, refusedUnsupported, refusedPermission} {
+			m.refusedRequests.WithLabelValues(opLabel(op), reason)
+		}
+	}
 	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
@@ -199,6 +222,18 @@ func (m *nodeMetrics) registerNode(n *Node) error {
 		}
 		return 0
 	})
+	g("raftlog_store_failed", "1 once the store has failed (a write or fsync error latched); the node stops.", func() float64 {
+		if n.db.Err() != nil {
+			return 1
+		}
+		return 0
+	})
+	g("raftlog_appends_refusing", "1 while this node leads and refuses appends for want of space.", func() float64 {
+		if n.refusingAppends() != "" {
+			return 1
+		}
+		return 0
+	})
 	g("raftlog_raft_term", "Current raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
 	g("raftlog_raft_last_index", "Last index in the raft log.", func() float64 { return float64(n.raft.LastIndex()) })
 	g("raftlog_raft_commit_index", "Highest index known committed.", func() float64 { return float64(n.raft.CommitIndex()) })
@@ -239,6 +274,65 @@ func (c pinnedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
+// Kinds of raftlog_store_errors_total.
+const (
+	storeErrNoSpace = "no_space"
+	storeErrIO      = "io"
+)
+
+// Reasons of raftlog_requests_refused_total besides refusedPermission
+// (authz.go).
+const (
+	// refusedMalformed: a frame or body that does not decode, breaks the
+	// protocol or fails validation (BadRequest).
+	refusedMalformed = "malformed"
+	// refusedTooLarge: a frame or record over a limit (TooLarge).
+	refusedTooLarge = "too_large"
+	// refusedBusy: a request beyond a connection's in-flight limits, or a
+	// connection beyond MaxConns (Busy).
+	refusedBusy = "busy"
+	// refusedUnsupported: an unknown op or protocol version, a client
+	// newer than the node (UnknownOp, UnsupportedVersion).
+	refusedUnsupported = "unsupported"
+)
+
+// opNone is the op label of a refusal that names no known op: a frame
+// read no further than its version, an unknown op, a connection.
+const opNone = "none"
+
+// opLabel is op's label: its name, or opNone for an op this node does not
+// know, so that clients cannot mint label values.
+func opLabel(op transport.Op) string {
+	if !op.Valid() {
+		return opNone
+	}
+	return op.String()
+}
+
+// refusedReason is the reason label of a refusal with code c, "" for a
+// code that is no refusal.
+func refusedReason(c transport.Code) string {
+	switch c {
+	case transport.CodeBadRequest:
+		return refusedMalformed
+	case transport.CodeTooLarge:
+		return refusedTooLarge
+	case transport.CodeBusy:
+		return refusedBusy
+	case transport.CodeUnknownOp, transport.CodeUnsupportedVersion:
+		return refusedUnsupported
+	case transport.CodePermissionDenied:
+		return refusedPermission
+	}
+	return ""
+}
+
+// refuseConn counts a client connection refused at MaxConns.
+func (m *nodeMetrics) refuseConn() {
+	m.refused.Inc()
+	m.refusedRequests.WithLabelValues(opNone, refusedBusy).Inc()
+}
+
 // metricsHandler wraps a transport.Handler, counting and timing requests.
 type metricsHandler struct {
 	h transport.Handler
@@ -257,6 +351,14 @@ func (mh metricsHandler) Stream(ctx context.Context, op transport.Op, req any, s
 	err := mh.h.Stream(ctx, op, req, s)
 	mh.observe(op, start, err)
 	return err
+}
+
+// Refused implements transport.RefusalObserver: it counts the requests
+// transport.Serve refuses without calling the handler.
+func (mh metricsHandler) Refused(op transport.Op, e *transport.Error) {
+	if reason := refusedReason(e.Code); reason != "" {
+		mh.m.refusedRequests.WithLabelValues(opLabel(op), reason).Inc()
+	}
 }
 
 func (mh metricsHandler) observe(op transport.Op, start time.Time, err error) {

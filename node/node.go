@@ -269,6 +269,9 @@ func (n *Node) startRaft() error {
 	rc.TrailingLogs = math.MaxUint64
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true
+	// raft's per-peer metrics only with the peer in a label (peer_id), not
+	// also in the metric name (metrics.go).
+	rc.NoLegacyTelemetry = true
 	// Not RestoreCommittedLogs: in raft v1.8.0 a node restarted with it
 	// skips the configuration entries below the stored commit index when
 	// it looks for its configuration, and without a snapshot holding one
@@ -528,7 +531,7 @@ func (n *Node) acceptLoop() {
 		select {
 		case n.conns <- struct{}{}:
 		default:
-			n.metrics.refused.Inc()
+			n.metrics.refuseConn()
 			n.cfg.Logger.Warn("refusing client connection: too many open", "remote", nc.RemoteAddr(), "limit", n.cfg.MaxConns)
 			go transport.Refuse(nc, &transport.Error{Code: transport.CodeBusy,
 				Message: fmt.Sprintf("node %s has %d client connections open, its limit", n.cfg.ID, n.cfg.MaxConns)})

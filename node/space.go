@@ -190,6 +190,9 @@ func (n *Node) checkSpace() error {
 // spaceLoop reads the node's free space every spacePollEvery, logging
 // when it crosses the reserve, and, while the node leads, asks the other
 // voters for theirs and keeps the verdict on the cluster's.
+//
+// It also stops the node (failStop) once the store has failed, within one
+// tick of the failure, however idle the node is.
 func (n *Node) spaceLoop() {
 	defer n.wg.Done()
 	p := &spacePoller{n: n, conns: map[string]*transport.Conn{}, reports: map[string]spaceReport{}}
@@ -198,6 +201,13 @@ func (n *Node) spaceLoop() {
 	defer t.Stop()
 	wasBelow := false
 	for {
+		if err := n.db.Err(); err != nil {
+			// The store failed without a write of raft's noticing it (a
+			// background checkpoint's sync): stop now, not at the next
+			// write, nor when raft panics failing to store a vote.
+			n.failStop(err)
+			return
+		}
 		if below := n.space.isBelow(); below != wasBelow {
 			wasBelow = below
 			r := n.space.report()

@@ -69,8 +69,9 @@ func waitUntil(t *testing.T, d time.Duration, what string, cond func() (bool, st
 }
 
 // When both followers are below their reserve, the leader refuses appends
-// with NoSpace naming them, serves reads and trims, says so in /ready and
-// /status and its metrics, and takes appends again once space is freed.
+// with NoSpace naming them, serves reads and trims, says so in /ready (which
+// stays 200: the leader serves reads) and /status and its metrics, and
+// takes appends again once space is freed.
 func TestNoSpaceOnFollowers(t *testing.T) {
 	c := newTestCluster(t, 3, func(cfg *Config) { cfg.FaultInjection = true; cfg.AdminAddr = "127.0.0.1:0" })
 	leader := c.waitLeader()
@@ -112,8 +113,11 @@ func TestNoSpaceOnFollowers(t *testing.T) {
 	if st := followers[0].Status(); !st.Store.BelowReserve {
 		t.Fatalf("follower's status: %+v", st.Store)
 	}
-	if code, body := get(t, leader, "/ready"); code != http.StatusServiceUnavailable || !strings.Contains(body, want) {
+	if code, body := get(t, leader, "/ready"); code != http.StatusOK || !strings.Contains(body, "refusing appends: "+want) {
 		t.Fatalf("leader's /ready: %d %s", code, body)
+	}
+	if _, body := get(t, leader, "/metrics"); !strings.Contains(body, "\nraftlog_appends_refusing 1\n") {
+		t.Fatalf("leader's raftlog_appends_refusing is not 1")
 	}
 	if code, body := get(t, followers[0], "/health"); code != http.StatusOK || !strings.Contains(body, "below its free-space reserve") {
 		t.Fatalf("follower's /health: %d %s", code, body)
@@ -135,8 +139,11 @@ func TestNoSpaceOnFollowers(t *testing.T) {
 	if resp.Indexes[0] <= tr.Index {
 		t.Fatalf("append after the trim at %d stored at %v", tr.Index, resp.Indexes)
 	}
-	if code, body := get(t, leader, "/ready"); code != http.StatusOK {
+	if code, body := get(t, leader, "/ready"); code != http.StatusOK || strings.Contains(body, "refusing") {
 		t.Fatalf("leader's /ready after space was freed: %d %s", code, body)
+	}
+	if _, body := get(t, leader, "/metrics"); !strings.Contains(body, "\nraftlog_appends_refusing 0\n") {
+		t.Fatalf("leader's raftlog_appends_refusing is not 0 after space was freed")
 	}
 	waitApplied(t, c.nodes, 20*time.Second)
 }

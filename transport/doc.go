@@ -24,9 +24,10 @@
 // request bytes in flight per connection, and how long a connection may idle,
 // dribble a frame or stall a write (see Limits). A request beyond a limit
 // gets an Error reply and the connection stays usable; a frame that breaks
-// the framing gets an Error reply and the connection is closed. One
-// connection's faults, a panic in a handler call included, never affect
-// another.
+// the framing gets an Error reply and the connection is closed. A Handler
+// that implements RefusalObserver hears of each such refusal, to count
+// them. One connection's faults, a panic in a handler call included, never
+// affect another.
 //
 // Concurrency: a Conn may be used by any number of goroutines; each call
 // gets its own request id and replies are matched by id. Serve reads a

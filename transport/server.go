@@ -32,6 +32,25 @@ type Handler interface {
 	Stream(ctx context.Context, op Op, req any, s *ServerStream) error
 }
 
+// RefusalObserver is implemented by a Handler that wants to know of the
+// requests Serve refuses by itself, without calling the Handler, for
+// example to count them: a frame that cannot be read or breaks the
+// protocol, a body that does not decode or fails Validate, an unknown op,
+// a request beyond the in-flight limits. Serve calls Refused once for
+// each, with the Error the client is sent (code BadRequest, TooLarge,
+// Busy, UnknownOp or UnsupportedVersion) and the op the frame names: 0
+// when the frame could not be read that far, and otherwise any value a
+// client sent, so check Op.Valid before using it as a label. A connection
+// that ends without an answer (the client went away mid-frame, a frame
+// took longer than Limits.FrameTimeout) is no refusal.
+//
+// Refused is called from a connection's read loop or a request's worker
+// goroutine, concurrently for different connections and requests; it must
+// not block.
+type RefusalObserver interface {
+	Refused(op Op, e *Error)
+}
+
 // Serve serves one client connection until the client closes it, ctx is
 // done, or the client breaks the protocol, and closes it before returning.
 // A TLS connection (one with a ConnectionState method, as *tls.Conn) has
@@ -41,7 +60,8 @@ type Handler interface {
 // out, ctx was cancelled) and otherwise the error that ended it, which wraps
 // ErrMalformedFrame, ErrUnsupportedVersion, ErrFrameTooLarge or ErrProtocol
 // for a misbehaving client. Every request still in flight is cancelled and
-// Serve waits for its handler to return.
+// Serve waits for its handler to return. A handler that implements
+// RefusalObserver hears of every request Serve refuses by itself.
 //
 // What goes wrong with one connection stays with it: Serve recovers a
 // panicking handler (the client gets Internal), bounds the memory a client
@@ -63,6 +83,7 @@ func Serve(ctx context.Context, nc net.Conn, handler Handler, limits Limits) err
 		inflight: make(map[uint64]*serverReq),
 		w:        newFrameWriter(nc, lim.WriteTimeout),
 	}
+	s.obs, _ = handler.(RefusalObserver)
 	s.w.limit = lim.MaxFrameSize
 	s.w.onFail = s.writeFailed
 	if tc, ok := nc.(tlsConn); ok {
@@ -144,6 +165,7 @@ func handshake(ctx context.Context, tc tlsConn, timeout time.Duration) (*tls.Con
 type serverConn struct {
 	nc   net.Conn                      // immutable
 	h    Handler                       // immutable
+	obs  RefusalObserver               // immutable: h, if it observes refusals, else nil
 	lim  Limits                        // immutable, defaults applied
 	br   *bufio.Reader                 // owned by the read loop
 	hdr  [PrefixSize + HeaderSize]byte // owned by the read loop: frame header scratch
@@ -260,9 +282,24 @@ func (s *serverConn) fatal(f Frame, err error) error {
 		reply = errorf(CodeBadRequest, "%v", err)
 	}
 	if reply != nil {
+		s.refused(f.Op, reply)
 		s.writeError(f.Op, id, reply)
 	}
 	return err
+}
+
+// refused tells the observer, if any, of a refusal.
+func (s *serverConn) refused(op Op, e *Error) {
+	if s.obs != nil {
+		s.obs.Refused(op, e)
+	}
+}
+
+// refuse tells the observer of a refused request and queues e as its
+// final frame.
+func (s *serverConn) refuse(op Op, id uint64, e *Error) error {
+	s.refused(op, e)
+	return s.queueError(op, id, e, nil)
 }
 
 // request starts a request, or refuses it at once.
@@ -278,15 +315,15 @@ func (s *serverConn) request(ctx context.Context, f Frame) error {
 	}
 	if len(s.inflight) >= s.lim.MaxInFlight {
 		s.mu.Unlock()
-		return s.queueError(f.Op, f.ID, errorf(CodeBusy, "the limit of %d requests in flight is reached", s.lim.MaxInFlight), nil)
+		return s.refuse(f.Op, f.ID, errorf(CodeBusy, "the limit of %d requests in flight is reached", s.lim.MaxInFlight))
 	}
 	if len(s.inflight) > 0 && s.bytes+len(f.Body) > s.lim.MaxInFlightBytes {
 		s.mu.Unlock()
-		return s.queueError(f.Op, f.ID, errorf(CodeBusy, "%d bytes in flight, a request of %d, limit %d", s.bytes, len(f.Body), s.lim.MaxInFlightBytes), nil)
+		return s.refuse(f.Op, f.ID, errorf(CodeBusy, "%d bytes in flight, a request of %d, limit %d", s.bytes, len(f.Body), s.lim.MaxInFlightBytes))
 	}
 	if !known {
 		s.mu.Unlock()
-		return s.queueError(f.Op, f.ID, errorf(CodeUnknownOp, "unknown op %d", uint16(f.Op)), nil)
+		return s.refuse(f.Op, f.ID, errorf(CodeUnknownOp, "unknown op %d", uint16(f.Op)))
 	}
 	rctx, cancel := context.WithCancel(ctx)
 	r := &serverReq{s: s, ctx: rctx, cancel: cancel, f: f, info: info, size: len(f.Body)}
@@ -372,9 +409,12 @@ func (s *serverConn) call(r *serverReq) (resp any, err error) {
 	}()
 	req := info.newReq()
 	if err := DecodeBody(f.Body, req); err != nil {
-		return nil, errorf(CodeBadRequest, "%v", err)
+		e := errorf(CodeBadRequest, "%v", err)
+		s.refused(f.Op, e)
+		return nil, e
 	}
 	if err := req.Validate(s.lim); err != nil {
+		s.refused(f.Op, wireError(err))
 		return nil, err
 	}
 	if info.stream {
