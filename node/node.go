@@ -331,7 +331,7 @@ func (n *Node) startRaft() error {
 	// a stint, once raft runs.
 	n.prop = newProposer(applierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
 		return n.raft.Apply(cmd, timeout)
-	}), n.cfg.BatchLinger, rc.MaxAppendEntries, maxBatchesInFlight, func(k int) { n.metrics.batch.Observe(float64(k)) })
+	}), n.cfg.BatchLinger, rc.MaxAppendEntries, n.cfg.BatchesInFlight, func(k int) { n.metrics.batch.Observe(float64(k)) })
 	// The cache serves replication the entries just stored, without
 	// reading and decoding them back.
 	logs, err := raft.NewLogCache(logCacheSize, store)

@@ -15,9 +15,20 @@ import (
 // (client.Options.MaxAppendRequests) through leader changes: requests at
 // a deposed leader fail while later ones succeed at the next, and are
 // retried after them; yet every append is stored once, and in the order it
-// was submitted (transport.AppendRequest.After, transport.Turn).
+// was submitted (transport.AppendRequest.After, transport.Turn); with one
+// batch of appends in raft at a time, and with several.
 func TestPipelinedAppendsKeepOrderThroughFailover(t *testing.T) {
-	c := faultCluster(t)
+	for _, batches := range []int{1, 4} {
+		t.Run(fmt.Sprintf("batches-%d", batches), func(t *testing.T) {
+			c := newTestCluster(t, 3, func(cfg *Config) {
+				cfg.FaultInjection, cfg.AdminAddr, cfg.BatchesInFlight = true, "127.0.0.1:0", batches
+			})
+			pipelinedAppendsKeepOrder(t, c)
+		})
+	}
+}
+
+func pipelinedAppendsKeepOrder(t *testing.T, c *testCluster) {
 	c.waitLeader()
 	var addrs []string
 	for _, n := range c.nodes {

@@ -64,13 +64,6 @@ func (f applierFunc) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
 	return f(cmd, timeout)
 }
 
-// maxBatchesInFlight is the node's proposer's maxInFlight: how many
-// batches may be in raft at once, one being stored by the leader while the
-// others replicate. Raft's replication sends each follower everything
-// stored since its last AppendEntries, so more batches in flight make more,
-// smaller leader stores, not more messages.
-const maxBatchesInFlight = 4
-
 // batch is the proposals proposed together.
 type batch struct{ left int } // proposals not finished
 

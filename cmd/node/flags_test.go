@@ -149,8 +149,12 @@ func TestServeFlags(t *testing.T) {
 		c.RaftTransport != node.RaftTransportNative || c.Pprof {
 		t.Errorf("defaults: %+v, level %v", c, o.level)
 	}
-	if o.cfg.RaftMaxInFlight != 1 {
-		t.Errorf("raft max in flight %d by default, want 1", o.cfg.RaftMaxInFlight)
+	if o.cfg.RaftMaxInFlight != 1 || o.cfg.BatchesInFlight != 1 {
+		t.Errorf("raft max in flight %d, batches in flight %d by default, want 1 and 1", o.cfg.RaftMaxInFlight, o.cfg.BatchesInFlight)
+	}
+	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--batches-in-flight", "3"})
+	if err != nil || o.cfg.BatchesInFlight != 3 {
+		t.Errorf("--batches-in-flight 3: %v, %d", err, o.cfg.BatchesInFlight)
 	}
 	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--raft-transport", "hashicorp"})
 	if err != nil || o.cfg.RaftTransport != node.RaftTransportHashicorp {
@@ -192,6 +196,7 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-transport", "grpc"}, nil, `--raft-transport "grpc": want native or hashicorp`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d"}, map[string]string{"RAFTLOG_RAFT_TRANSPORT": "tcp"}, `--raft-transport "tcp": want native or hashicorp`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-max-in-flight", "0"}, nil, `--raft-max-in-flight 0: want at least 1`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--batches-in-flight", "0"}, nil, `--batches-in-flight 0: want at least 1`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-transport", "hashicorp", "--raft-max-in-flight", "4"}, nil, `--raft-max-in-flight 4 needs --raft-transport native`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},

@@ -88,6 +88,7 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		"how long a candidate waits for votes before it tries again (a `duration`); at least --heartbeat-timeout")
 	fs.DurationVar(&c.LeaderLeaseTimeout, "leader-lease-timeout", node.DefaultLeaderLeaseTimeout,
 		"how long a leader keeps leading without hearing from a quorum (a `duration`); at most --heartbeat-timeout")
+	fs.IntVar(&c.BatchesInFlight, "batches-in-flight", 1, "how many batches of appends the leader keeps in raft at once (a `count`); above 1 the leader stores\nthe next batch while followers store the one before: for nodes with disks of their own and a long round trip")
 	fs.DurationVar(&c.BatchLinger, "batch-linger", 0, "the longest an append waits, while a batch of appends is in raft, to be proposed with the next batch (a `duration`);\n0: the default, 2ms; negative: propose every append at once")
 	var tlsConf node.TLSConfig
 	fs.StringVar(&tlsConf.CertFile, "tls-cert", "", "the node's certificate PEM `file`: turns on TLS for clients and mutual TLS between nodes")
@@ -124,6 +125,8 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		return nil, usagef("--join-timeout %v is negative", o.joinTimeout)
 	case c.RaftTransport != node.RaftTransportNative && c.RaftTransport != node.RaftTransportHashicorp:
 		return nil, usagef("--raft-transport %q: want native or hashicorp", c.RaftTransport)
+	case c.BatchesInFlight < 1:
+		return nil, usagef("--batches-in-flight %d: want at least 1", c.BatchesInFlight)
 	case c.RaftMaxInFlight < 1:
 		return nil, usagef("--raft-max-in-flight %d: want at least 1", c.RaftMaxInFlight)
 	case c.RaftMaxInFlight > 1 && c.RaftTransport != node.RaftTransportNative:
