@@ -47,7 +47,9 @@ const (
 // At most Options.MaxAppendRequests batches exist at once (Client.seqs
 // bounds their sequence numbers): a new batch is packed only when one
 // ends. With one, the default, a batch is sent only once the one before it
-// has completed, which is what keeps appends in submission order.
+// has completed; with more, each attempt names the latest batch packed
+// before it that has not completed (afterLocked), which the server stores
+// first. Either keeps appends in submission order.
 type pipeline struct {
 	c        *Client       // immutable
 	win      *seqWindow    // immutable: tickets of appends submitted and not completed
