@@ -192,9 +192,9 @@ type Config struct {
 	// raft at once; default 1. Above 1, the next batch goes as soon as the
 	// leader has stored the one before, so that the leader stores it while
 	// the followers store that one. That pays where each node has a disk of
-	// its own and the network round trip is long; with three nodes on one
-	// disk it made more, smaller fdatasyncs and lowered throughput
-	// (README, "Raft transport").
+	// its own and the network round trip is long; with three nodes and
+	// the client on two cores it cost more CPU per record and lowered
+	// throughput (README, "Batches in flight").
 	BatchesInFlight int
 	// SnapshotThreshold is how many entries since the last snapshot make
 	// raft take one; default 16384. Snapshots are small: the log is not
