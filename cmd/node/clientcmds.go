@@ -11,6 +11,7 @@ import (
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -436,6 +437,9 @@ type statusJSON struct {
 	Applied    uint64 `json:"applied_index"`
 	Segments   uint64 `json:"segments"`
 	Bytes      uint64 `json:"bytes"`
+	// Details are the node's version and settings; nil from a node older
+	// than them.
+	Details *transport.StatusDetails `json:"details,omitempty"`
 }
 
 // json returns r as status --json prints it.
@@ -449,6 +453,7 @@ func (r statusRow) json() statusJSON {
 	j.NodeID, j.Role, j.LeaderID, j.LeaderAddr, j.Term = s.NodeID, s.Role, s.LeaderID, s.LeaderAddr, s.Term
 	j.First, j.Last, j.Commit, j.Applied = s.FirstIndex, s.LastIndex, s.CommitIndex, s.AppliedIndex
 	j.Segments, j.Bytes = s.Store.Segments, s.Store.Bytes
+	j.Details = s.Details
 	return j
 }
 
@@ -471,6 +476,43 @@ func writeStatusTable(w io.Writer, rows []statusRow) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n",
 			r.addr, s.NodeID, s.Role, leader, s.Term, s.FirstIndex, s.LastIndex,
 			s.CommitIndex, s.AppliedIndex, s.Store.Segments, formatSize(int64(min(s.Store.Bytes, 1<<62))))
+	}
+	return tw.Flush()
+}
+
+// writeDetailsTable writes the version, flush mode and settings of the
+// nodes of rows that answered, a row per node, as an aligned table with a
+// header. A node older than these details gets a row that says so.
+func writeDetailsTable(w io.Writer, rows []statusRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tVERSION\tCOMMIT\tGO\tFLUSH\tSETTINGS")
+	for _, r := range rows {
+		if r.err != nil {
+			continue
+		}
+		d := r.st.Details
+		if d == nil {
+			fmt.Fprintf(tw, "%s\t(an older version, which does not report these)\n", r.st.NodeID)
+			continue
+		}
+		commit := d.Commit
+		switch {
+		case commit == "":
+			commit = "-"
+		case len(commit) > 12:
+			commit = commit[:12]
+		}
+		if d.Modified && d.Commit != "" {
+			commit += "+dirty"
+		}
+		settings := make([]string, len(d.Settings))
+		for i, s := range d.Settings {
+			settings[i] = "--" + s.Name + "=" + s.Value
+		}
+		if len(settings) == 0 {
+			settings = []string{"(all defaults)"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.st.NodeID, d.Version, commit, d.GoVersion, d.Flush, strings.Join(settings, " "))
 	}
 	return tw.Flush()
 }
@@ -537,7 +579,10 @@ Asks every address in --addrs, and every other member the answering nodes
 list, for its node's status and prints a table for the whole cluster: node
 id, role, leader, term, first/last/commit/applied index, segments and bytes
 of the commit log. An address that does not answer gets a row with the
-error, and the exit status is then 1.`)
+error, and the exit status is then 1. A second table shows each node's
+version, commit, Go version, flush mode, and the flags it was started with
+(on the command line or from RAFTLOG_* variables) whose values differ from
+the defaults.`)
 	cf.define(fs)
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array of rows instead of a table")
 	if err := parseClusterCmd(fs, &cf, args); err != nil {
@@ -562,8 +607,14 @@ error, and the exit status is then 1.`)
 		if err := enc.Encode(out); err != nil {
 			return err
 		}
-	} else if err := writeStatusTable(e.stdout, rows); err != nil {
-		return err
+	} else {
+		if err := writeStatusTable(e.stdout, rows); err != nil {
+			return err
+		}
+		fmt.Fprintln(e.stdout)
+		if err := writeDetailsTable(e.stdout, rows); err != nil {
+			return err
+		}
 	}
 	failed := 0
 	for _, r := range rows {

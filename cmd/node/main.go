@@ -6,6 +6,7 @@
 //	node read --addrs 10.0.0.1:7000 --from 1
 //	node status --addrs 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
 //	node demo --once
+//	node version
 //
 // serve runs one node (package node); the client commands use package
 // client; demo and bench can start a 3-node cluster in-process. Run
@@ -65,6 +66,7 @@ var commands = []command{
 	{"trim", "drop every record below an index", cmdTrim},
 	{"demo", "run a local 3-node cluster and show what it does", cmdDemo},
 	{"bench", "measure append throughput and latency", cmdBench},
+	{"version", "print the version, commit and Go version of this binary", cmdVersion},
 }
 
 // run runs the command line args (without the program name) and returns
@@ -82,6 +84,8 @@ func run(ctx context.Context, e *env, args []string) int {
 			return 0
 		}
 		name, rest = rest[0], []string{"-h"}
+	case "--version", "-version":
+		name = "version"
 	}
 	for _, c := range commands {
 		if c.name == name {
