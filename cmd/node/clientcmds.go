@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -126,6 +127,18 @@ func parseClusterCmd(fs *flagSet, cf *clusterFlags, args []string) error {
 		return err
 	}
 	return cf.check()
+}
+
+// parseRecordCmd is parseClusterCmd for read and tail, whose --quote and
+// --json ask for two formats.
+func parseRecordCmd(fs *flagSet, cf *clusterFlags, args []string, quote, asJSON *bool) error {
+	if err := parseClusterCmd(fs, cf, args); err != nil {
+		return err
+	}
+	if *quote && *asJSON {
+		return usagef("give --quote or --json, not both")
+	}
+	return nil
 }
 
 // maxLine is the longest line append --stdin reads.
@@ -270,14 +283,45 @@ func appendLines(ctx context.Context, c *client.Client, r io.Reader, w *bufio.Wr
 	return ctx.Err()
 }
 
-// recordPrinter prints records as index<TAB>data lines.
+// recordPrinter prints records as index<TAB>data lines, or as JSON lines.
 type recordPrinter struct {
 	w     *bufio.Writer
 	quote bool // data as a Go-quoted string
+	json  bool // a recordJSON object a line
+}
+
+// recordJSON is a record as read --json and tail --json print it, one a
+// line.
+type recordJSON struct {
+	// Index is the record's index.
+	Index uint64 `json:"index"`
+	// AppendedAt is when the leader appended it, RFC 3339 in UTC with
+	// nanoseconds; left out when unknown.
+	AppendedAt string `json:"appended_at,omitempty"`
+	// Data is the record, base64 (standard, padded), whatever it holds:
+	// records are bytes, and this way every record prints, and decodes
+	// back, the same way.
+	Data string `json:"data"`
+}
+
+// recordFormatFlags defines --quote and --json on fs.
+func recordFormatFlags(fs *flagSet, quote, asJSON *bool) {
+	fs.BoolVar(quote, "quote", false, "print data as Go-quoted strings (for binary records)")
+	fs.BoolVar(asJSON, "json", false, `print a JSON object a line, for scripts: {"index":N,"appended_at":"RFC 3339 time","data":"base64"}`)
 }
 
 // print writes r as one line.
 func (p *recordPrinter) print(r transport.Record) {
+	if p.json {
+		j := recordJSON{Index: r.Index, Data: base64.StdEncoding.EncodeToString(r.Data)}
+		if r.AppendedAt != 0 {
+			j.AppendedAt = time.Unix(0, r.AppendedAt).UTC().Format(time.RFC3339Nano)
+		}
+		b, _ := json.Marshal(j) // cannot fail: strings and a number
+		p.w.Write(b)
+		p.w.WriteByte('\n')
+		return
+	}
 	p.w.WriteString(strconv.FormatUint(r.Index, 10))
 	p.w.WriteByte('\t')
 	if p.quote {
@@ -293,7 +337,7 @@ func cmdRead(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var from uint64
 	var maxRecs uint32
-	var stale, quote bool
+	var stale, quote, asJSON bool
 	fs := newFlagSet(e, "read", "", `
 Prints committed records from an index on, one a line: index<TAB>data,
 page after page (each as large as the node allows: 4096 records or 8MiB by
@@ -301,13 +345,15 @@ default) to the end of the log. Every record committed before the read
 began is printed; records appended while it runs may be, or may be left
 for the next read or for 'node tail'. With --max, it stops after that many
 records and, when more follow, says on stderr from which index to read on.
-Reads are linearizable (served by the leader) unless --stale is given.`)
+Reads are linearizable (served by the leader) unless --stale is given.
+With --json, each line is a JSON object: the index, the time the leader
+appended the record, and its data in base64.`)
 	cf.define(fs)
 	fs.Uint64Var(&from, "from", 0, "the first `index` to read; 0: the first retained record")
 	fs.Var(uint32Value{&maxRecs}, "max", "print at most this many `records`; 0: all, up to the end of the log")
 	fs.BoolVar(&stale, "stale", false, "let the first reachable member in --addrs answer from its own log, leader or not (may be behind)")
-	fs.BoolVar(&quote, "quote", false, "print data as Go-quoted strings (for binary records)")
-	if err := parseClusterCmd(fs, &cf, args); err != nil {
+	recordFormatFlags(fs, &quote, &asJSON)
+	if err := parseRecordCmd(fs, &cf, args, &quote, &asJSON); err != nil {
 		return err
 	}
 	c, err := cf.dial(ctx)
@@ -315,7 +361,7 @@ Reads are linearizable (served by the leader) unless --stale is given.`)
 		return err
 	}
 	defer c.Close()
-	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote}
+	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote, json: asJSON}
 	defer p.w.Flush()
 	next, printed := from, uint32(0)
 	var end uint64 // the last index to print; 0 until the first page came
@@ -378,16 +424,17 @@ func readEnd(ctx context.Context, c *client.Client, last uint64) uint64 {
 func cmdTail(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var from uint64
-	var stale, quote bool
+	var stale, quote, asJSON bool
 	fs := newFlagSet(e, "tail", "", `
-Prints records from an index on as they commit, one a line (index<TAB>data),
-until Ctrl-C. The stream follows leader changes and reconnects after
-failures; it gives up after --timeout without progress.`)
+Prints records from an index on as they commit, one a line (index<TAB>data,
+or with --json a JSON object as 'node read --json' prints), until Ctrl-C.
+The stream follows leader changes and reconnects after failures; it gives
+up after --timeout without progress.`)
 	cf.define(fs)
 	fs.Uint64Var(&from, "from", 0, "the first `index` to print; 0: the first retained record")
 	fs.BoolVar(&stale, "stale", false, "let the first reachable member in --addrs serve the stream from its own log, leader or not")
-	fs.BoolVar(&quote, "quote", false, "print data as Go-quoted strings (for binary records)")
-	if err := parseClusterCmd(fs, &cf, args); err != nil {
+	recordFormatFlags(fs, &quote, &asJSON)
+	if err := parseRecordCmd(fs, &cf, args, &quote, &asJSON); err != nil {
 		return err
 	}
 	c, err := cf.dial(ctx)
@@ -397,7 +444,7 @@ failures; it gives up after --timeout without progress.`)
 	defer c.Close()
 	t := c.Tail(ctx, from, client.TailOptions{Stale: stale})
 	defer t.Close()
-	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote}
+	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote, json: asJSON}
 	for {
 		r, err := t.Next()
 		if err != nil {

@@ -57,7 +57,7 @@ type command struct {
 var commands = []command{
 	{"serve", "run one node of a cluster until SIGINT or SIGTERM", cmdServe},
 	{"append", "append records and print their indexes", cmdAppend},
-	{"read", "print records: index<TAB>data", cmdRead},
+	{"read", "print records: index<TAB>data, or JSON lines", cmdRead},
 	{"tail", "print records as they commit, until Ctrl-C", cmdTail},
 	{"status", "show a status row for every node", cmdStatus},
 	{"join", "add a node to the cluster", cmdJoin},
