@@ -11,6 +11,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -658,9 +659,11 @@ the defaults.`)
 		if err := writeStatusTable(e.stdout, rows); err != nil {
 			return err
 		}
-		fmt.Fprintln(e.stdout)
-		if err := writeDetailsTable(e.stdout, rows); err != nil {
-			return err
+		if slices.ContainsFunc(rows, func(r statusRow) bool { return r.err == nil }) {
+			fmt.Fprintln(e.stdout)
+			if err := writeDetailsTable(e.stdout, rows); err != nil {
+				return err
+			}
 		}
 	}
 	failed := 0
