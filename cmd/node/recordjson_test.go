@@ -17,9 +17,9 @@ import (
 
 // lineWriter collects output and closes done once it holds n lines.
 type lineWriter struct {
-	mu   sync.Mutex
-	b    bytes.Buffer
-	n    int
+	mu   sync.Mutex   // guards b and n
+	b    bytes.Buffer // what was written
+	n    int          // lines to wait for; 0 once done is closed
 	done chan struct{}
 }
 

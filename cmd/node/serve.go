@@ -110,7 +110,7 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	if err := noArgs(rest); err != nil {
 		return nil, err
 	}
-	// Before the adjustments below, which change flags nobody set.
+	// What the operator set; the values derived below are not settings.
 	c.Settings, o.fromEnv = fs.changed(), fs.fromVar
 	switch {
 	case c.ID == "":
