@@ -230,6 +230,11 @@ func (c *Client) Read(ctx context.Context, from uint64, opts ReadOptions) (recor
 // Client's connection to the member or opening one that the Client keeps:
 // it reports on one member and neither retries nor follows the leader. A
 // leader address in the reply is remembered.
+//
+// The reply carries the member's details (version and settings,
+// StatusResponse.Details), except from a member older than them: such a
+// member refuses to be asked for them (BadRequest), and Status asks it
+// again without.
 func (c *Client) Status(ctx context.Context, addr string) (*transport.StatusResponse, error) {
 	if addr == "" {
 		addr = c.current()
@@ -239,7 +244,11 @@ func (c *Client) Status(ctx context.Context, addr string) (*transport.StatusResp
 	conn, err := c.conn(actx, addr)
 	resp := new(transport.StatusResponse)
 	if err == nil {
-		err = conn.Call(actx, transport.OpStatus, &transport.StatusRequest{}, resp)
+		err = conn.Call(actx, transport.OpStatus, &transport.StatusRequest{Details: true}, resp)
+		if transport.ErrorCode(err) == transport.CodeBadRequest {
+			*resp = transport.StatusResponse{}
+			err = conn.Call(actx, transport.OpStatus, &transport.StatusRequest{}, resp)
+		}
 	}
 	if err != nil {
 		if c.isClosed() {

@@ -521,6 +521,32 @@ func TestStatus(t *testing.T) {
 	}
 }
 
+// Status asks for a member's details, and asks a member older than them,
+// which refuses the request as malformed, again without.
+func TestStatusOfOlderMember(t *testing.T) {
+	fc := newCluster(t, 2)
+	fc.setScript(func(ctx context.Context, h *fakeHandler, op transport.Op, req any) (any, error, bool) {
+		if r, ok := req.(*transport.StatusRequest); ok && r.Details && h.m.idx == 1 {
+			// What DecodeBody of a node without StatusRequest.Details says.
+			return nil, &transport.Error{Code: transport.CodeBadRequest, Message: "transport: malformed body: *transport.StatusRequest: no such field: details"}, true
+		}
+		return nil, nil, false
+	})
+	c := dialT(t, fc.addrs()[:1], fastOptions())
+	ctx := testCtx(t)
+	st, err := c.Status(ctx, fc.members[0].addr)
+	if err != nil || st.Details == nil || st.Details.Version != "v0.0.0-fake" {
+		t.Fatalf("Status of a current member: %+v, %v; want its details", st, err)
+	}
+	st, err = c.Status(ctx, fc.members[1].addr)
+	if err != nil || st.NodeID != "n1" || st.Details != nil {
+		t.Fatalf("Status of an older member: %+v, %v; want its status without details", st, err)
+	}
+	if n := fc.count(1, transport.OpStatus); n != 2 {
+		t.Errorf("%d status requests to the older member, want 2 (with details, then without)", n)
+	}
+}
+
 func TestCloseFailsCallsInFlight(t *testing.T) {
 	fc := newCluster(t, 3)
 	entered := make(chan struct{}, 16)

@@ -318,6 +318,9 @@ func (h *fakeHandler) serve(op transport.Op, req any) (any, error) {
 		if c.leader >= 0 {
 			s.LeaderID, s.LeaderAddr = c.members[c.leader].id, c.members[c.leader].addr
 		}
+		if r.Details {
+			s.Details = &transport.StatusDetails{Version: "v0.0.0-fake", Flush: "sync"}
+		}
 		return s, nil
 	}
 	if !leads {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"time"
 
@@ -220,6 +221,13 @@ type Config struct {
 	// at info level.
 	Logger hclog.Logger
 
+	// Settings are what Status reports as the node's settings that differ
+	// from their defaults (StatusDetails.Settings), in the operator's
+	// terms: cmd/node gives its flags that were set to other values than
+	// their defaults. The node reports them sorted by name and does not
+	// otherwise read them. Optional.
+	Settings []transport.Setting
+
 	// hooks are for this package's tests only.
 	hooks *testHooks
 }
@@ -327,5 +335,7 @@ func (c *Config) withDefaults() (Config, error) {
 		o.Logger = hclog.New(&hclog.LoggerOptions{Name: "node", Level: hclog.Info})
 	}
 	o.Logger = o.Logger.With("node", o.ID)
+	o.Settings = slices.Clone(o.Settings)
+	slices.SortStableFunc(o.Settings, func(a, b transport.Setting) int { return strings.Compare(a.Name, b.Name) })
 	return o, nil
 }

@@ -33,6 +33,9 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 		return n.read(ctx, r)
 	case *transport.StatusRequest:
 		s := n.Status()
+		if !r.Details {
+			s.Details = nil // for callers that do not know them
+		}
 		return &s, nil
 	case *transport.JoinRequest:
 		return n.join(ctx, r)
@@ -528,7 +531,8 @@ func (n *Node) trim(ctx context.Context, r *transport.TrimRequest) (*transport.T
 	return &transport.TrimResponse{Index: f.Index()}, nil
 }
 
-// Status describes the node.
+// Status describes the node, with its details (version and settings,
+// see StatusDetails); /status serves it.
 func (n *Node) Status() transport.StatusResponse {
 	_, leader := n.raft.LeaderWithID()
 	st := n.db.Stats()
@@ -567,6 +571,7 @@ func (n *Node) Status() transport.StatusResponse {
 	if s.LastIndex == 0 {
 		s.FirstIndex = 0
 	}
+	s.Details = n.details()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
 		addrs := n.fsm.memberAddrs()
 		for _, m := range f.Configuration().Servers {

@@ -21,10 +21,18 @@ func sampleMessages() []any {
 		&TailRequest{From: 1, MaxRecords: 10, MaxBytes: 4096},
 		&TailItem{Records: []Record{{Index: 1, Data: []byte("r")}}, Next: 2},
 		&StatusRequest{},
+		&StatusRequest{Details: true},
 		&StatusResponse{
 			NodeID: "n1", Role: "Leader", LeaderID: "n1", LeaderAddr: "10.0.0.1:7000", Term: 3,
 			FirstIndex: 1, LastIndex: 100, CommitIndex: 99, AppliedIndex: 98,
 			Store: StoreStatus{Segments: 2, Bytes: 1 << 30, Written: 12345, Flushed: 12000},
+		},
+		&StatusResponse{
+			NodeID: "n2", Role: "Follower", Term: 3,
+			Details: &StatusDetails{
+				Version: "v1.2.0", Commit: "bd96097", Modified: true, GoVersion: "go1.26.8", Platform: "linux/amd64", Flush: "async",
+				Settings: []Setting{{Name: "flush", Value: "async"}, {Name: "retention-age", Value: "168h0m0s"}},
+			},
 		},
 		&JoinRequest{NodeID: "n4", RaftAddr: "10.0.0.4:7001", ClientAddr: "10.0.0.4:7000"},
 		&JoinResponse{Index: 44},

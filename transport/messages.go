@@ -272,8 +272,16 @@ type TailItem struct {
 	Next uint64 `msgpack:"next"`
 }
 
-// StatusRequest asks a node to describe itself. It has no fields.
-type StatusRequest struct{}
+// StatusRequest asks a node to describe itself.
+type StatusRequest struct {
+	// Details asks for StatusResponse.Details too: the node's version and
+	// settings. A node older than this field refuses a request that sets
+	// it, as any body with an unknown field, with BadRequest; ask it again
+	// without. (A reply carries Details only when asked, so that a caller
+	// older than the field, which would refuse the unknown field in the
+	// reply, never gets it.)
+	Details bool `msgpack:"details,omitempty"`
+}
 
 // Validate accepts every StatusRequest.
 func (*StatusRequest) Validate(Limits) error { return nil }
@@ -314,6 +322,42 @@ type StatusResponse struct {
 	// example "NoSpace: n2, n3 below their free-space reserve ..."); empty
 	// when it accepts them, and on other nodes.
 	Refusing string `msgpack:"refusing,omitempty" json:"refusing,omitempty"`
+	// Details holds the node's version and settings when the request
+	// asked for them (StatusRequest.Details); nil otherwise.
+	Details *StatusDetails `msgpack:"details,omitempty" json:"details,omitempty"`
+}
+
+// StatusDetails describes what a node runs: its build and its settings.
+type StatusDetails struct {
+	// Version is the raftlog module version the node was built from: a
+	// release ("v1.2.0"), a pseudo-version naming the commit
+	// ("v0.0.0-20260509183000-bd96097abcde+dirty"), or "(devel)" when the
+	// build recorded none.
+	Version string `msgpack:"version" json:"version"`
+	// Commit is the revision of the source tree the binary was built
+	// from, empty when the build recorded none.
+	Commit string `msgpack:"commit,omitempty" json:"commit,omitempty"`
+	// Modified says the source tree had uncommitted changes.
+	Modified bool `msgpack:"modified,omitempty" json:"modified,omitempty"`
+	// GoVersion is the Go toolchain that built the binary ("go1.26.8").
+	GoVersion string `msgpack:"go_version" json:"go_version"`
+	// Platform is the binary's GOOS/GOARCH ("linux/amd64").
+	Platform string `msgpack:"platform" json:"platform"`
+	// Flush is the node's flush mode: "sync" or "async".
+	Flush string `msgpack:"flush" json:"flush"`
+	// Settings are the node's settings that differ from their defaults,
+	// as its operator gave them (for "node serve", its flags without the
+	// dashes), sorted by name; empty when all are defaults or the
+	// embedder did not say.
+	Settings []Setting `msgpack:"settings,omitempty" json:"settings,omitempty"`
+}
+
+// Setting is one setting of a node.
+type Setting struct {
+	// Name names the setting ("retention-age").
+	Name string `msgpack:"name" json:"name"`
+	// Value is its value as text ("168h0m0s").
+	Value string `msgpack:"value" json:"value"`
 }
 
 // Member is a server of the cluster.

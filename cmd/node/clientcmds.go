@@ -4,13 +4,16 @@ import (
 	"bufio"
 	"context"
 	"crypto/tls"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"net"
+	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"text/tabwriter"
 	"time"
@@ -125,6 +128,18 @@ func parseClusterCmd(fs *flagSet, cf *clusterFlags, args []string) error {
 		return err
 	}
 	return cf.check()
+}
+
+// parseRecordCmd is parseClusterCmd for read and tail, whose --quote and
+// --json ask for two formats.
+func parseRecordCmd(fs *flagSet, cf *clusterFlags, args []string, quote, asJSON *bool) error {
+	if err := parseClusterCmd(fs, cf, args); err != nil {
+		return err
+	}
+	if *quote && *asJSON {
+		return usagef("give --quote or --json, not both")
+	}
+	return nil
 }
 
 // maxLine is the longest line append --stdin reads.
@@ -269,14 +284,45 @@ func appendLines(ctx context.Context, c *client.Client, r io.Reader, w *bufio.Wr
 	return ctx.Err()
 }
 
-// recordPrinter prints records as index<TAB>data lines.
+// recordPrinter prints records as index<TAB>data lines, or as JSON lines.
 type recordPrinter struct {
 	w     *bufio.Writer
 	quote bool // data as a Go-quoted string
+	json  bool // a recordJSON object a line
+}
+
+// recordJSON is a record as read --json and tail --json print it, one a
+// line.
+type recordJSON struct {
+	// Index is the record's index.
+	Index uint64 `json:"index"`
+	// AppendedAt is when the leader appended it, RFC 3339 in UTC with
+	// nanoseconds; left out when unknown.
+	AppendedAt string `json:"appended_at,omitempty"`
+	// Data is the record, base64 (standard, padded), whatever it holds:
+	// records are bytes, and this way every record prints, and decodes
+	// back, the same way.
+	Data string `json:"data"`
+}
+
+// recordFormatFlags defines --quote and --json on fs.
+func recordFormatFlags(fs *flagSet, quote, asJSON *bool) {
+	fs.BoolVar(quote, "quote", false, "print data as Go-quoted strings (for binary records)")
+	fs.BoolVar(asJSON, "json", false, `print a JSON object a line, for scripts: {"index":N,"appended_at":"RFC 3339 time","data":"base64"}`)
 }
 
 // print writes r as one line.
 func (p *recordPrinter) print(r transport.Record) {
+	if p.json {
+		j := recordJSON{Index: r.Index, Data: base64.StdEncoding.EncodeToString(r.Data)}
+		if r.AppendedAt != 0 {
+			j.AppendedAt = time.Unix(0, r.AppendedAt).UTC().Format(time.RFC3339Nano)
+		}
+		b, _ := json.Marshal(j) // cannot fail: strings and a number
+		p.w.Write(b)
+		p.w.WriteByte('\n')
+		return
+	}
 	p.w.WriteString(strconv.FormatUint(r.Index, 10))
 	p.w.WriteByte('\t')
 	if p.quote {
@@ -292,7 +338,7 @@ func cmdRead(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var from uint64
 	var maxRecs uint32
-	var stale, quote bool
+	var stale, quote, asJSON bool
 	fs := newFlagSet(e, "read", "", `
 Prints committed records from an index on, one a line: index<TAB>data,
 page after page (each as large as the node allows: 4096 records or 8MiB by
@@ -300,13 +346,15 @@ default) to the end of the log. Every record committed before the read
 began is printed; records appended while it runs may be, or may be left
 for the next read or for 'node tail'. With --max, it stops after that many
 records and, when more follow, says on stderr from which index to read on.
-Reads are linearizable (served by the leader) unless --stale is given.`)
+Reads are linearizable (served by the leader) unless --stale is given.
+With --json, each line is a JSON object: the index, the time the leader
+appended the record, and its data in base64.`)
 	cf.define(fs)
 	fs.Uint64Var(&from, "from", 0, "the first `index` to read; 0: the first retained record")
 	fs.Var(uint32Value{&maxRecs}, "max", "print at most this many `records`; 0: all, up to the end of the log")
 	fs.BoolVar(&stale, "stale", false, "let the first reachable member in --addrs answer from its own log, leader or not (may be behind)")
-	fs.BoolVar(&quote, "quote", false, "print data as Go-quoted strings (for binary records)")
-	if err := parseClusterCmd(fs, &cf, args); err != nil {
+	recordFormatFlags(fs, &quote, &asJSON)
+	if err := parseRecordCmd(fs, &cf, args, &quote, &asJSON); err != nil {
 		return err
 	}
 	c, err := cf.dial(ctx)
@@ -314,7 +362,7 @@ Reads are linearizable (served by the leader) unless --stale is given.`)
 		return err
 	}
 	defer c.Close()
-	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote}
+	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote, json: asJSON}
 	defer p.w.Flush()
 	next, printed := from, uint32(0)
 	var end uint64 // the last index to print; 0 until the first page came
@@ -377,16 +425,17 @@ func readEnd(ctx context.Context, c *client.Client, last uint64) uint64 {
 func cmdTail(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var from uint64
-	var stale, quote bool
+	var stale, quote, asJSON bool
 	fs := newFlagSet(e, "tail", "", `
-Prints records from an index on as they commit, one a line (index<TAB>data),
-until Ctrl-C. The stream follows leader changes and reconnects after
-failures; it gives up after --timeout without progress.`)
+Prints records from an index on as they commit, one a line (index<TAB>data,
+or with --json a JSON object as 'node read --json' prints), until Ctrl-C.
+The stream follows leader changes and reconnects after failures; it gives
+up after --timeout without progress.`)
 	cf.define(fs)
 	fs.Uint64Var(&from, "from", 0, "the first `index` to print; 0: the first retained record")
 	fs.BoolVar(&stale, "stale", false, "let the first reachable member in --addrs serve the stream from its own log, leader or not")
-	fs.BoolVar(&quote, "quote", false, "print data as Go-quoted strings (for binary records)")
-	if err := parseClusterCmd(fs, &cf, args); err != nil {
+	recordFormatFlags(fs, &quote, &asJSON)
+	if err := parseRecordCmd(fs, &cf, args, &quote, &asJSON); err != nil {
 		return err
 	}
 	c, err := cf.dial(ctx)
@@ -396,7 +445,7 @@ failures; it gives up after --timeout without progress.`)
 	defer c.Close()
 	t := c.Tail(ctx, from, client.TailOptions{Stale: stale})
 	defer t.Close()
-	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote}
+	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote, json: asJSON}
 	for {
 		r, err := t.Next()
 		if err != nil {
@@ -436,6 +485,9 @@ type statusJSON struct {
 	Applied    uint64 `json:"applied_index"`
 	Segments   uint64 `json:"segments"`
 	Bytes      uint64 `json:"bytes"`
+	// Details are the node's version and settings; nil from a node older
+	// than them.
+	Details *transport.StatusDetails `json:"details,omitempty"`
 }
 
 // json returns r as status --json prints it.
@@ -449,6 +501,7 @@ func (r statusRow) json() statusJSON {
 	j.NodeID, j.Role, j.LeaderID, j.LeaderAddr, j.Term = s.NodeID, s.Role, s.LeaderID, s.LeaderAddr, s.Term
 	j.First, j.Last, j.Commit, j.Applied = s.FirstIndex, s.LastIndex, s.CommitIndex, s.AppliedIndex
 	j.Segments, j.Bytes = s.Store.Segments, s.Store.Bytes
+	j.Details = s.Details
 	return j
 }
 
@@ -471,6 +524,43 @@ func writeStatusTable(w io.Writer, rows []statusRow) error {
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%d\t%d\t%d\t%d\t%d\t%s\n",
 			r.addr, s.NodeID, s.Role, leader, s.Term, s.FirstIndex, s.LastIndex,
 			s.CommitIndex, s.AppliedIndex, s.Store.Segments, formatSize(int64(min(s.Store.Bytes, 1<<62))))
+	}
+	return tw.Flush()
+}
+
+// writeDetailsTable writes the version, flush mode and settings of the
+// nodes of rows that answered, a row per node, as an aligned table with a
+// header. A node older than these details gets a row that says so.
+func writeDetailsTable(w io.Writer, rows []statusRow) error {
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "NODE\tVERSION\tCOMMIT\tGO\tFLUSH\tSETTINGS")
+	for _, r := range rows {
+		if r.err != nil {
+			continue
+		}
+		d := r.st.Details
+		if d == nil {
+			fmt.Fprintf(tw, "%s\t(an older version, which does not report these)\n", r.st.NodeID)
+			continue
+		}
+		commit := d.Commit
+		switch {
+		case commit == "":
+			commit = "-"
+		case len(commit) > 12:
+			commit = commit[:12]
+		}
+		if d.Modified && d.Commit != "" {
+			commit += "+dirty"
+		}
+		settings := make([]string, len(d.Settings))
+		for i, s := range d.Settings {
+			settings[i] = "--" + s.Name + "=" + s.Value
+		}
+		if len(settings) == 0 {
+			settings = []string{"(all defaults)"}
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", r.st.NodeID, d.Version, commit, d.GoVersion, d.Flush, strings.Join(settings, " "))
 	}
 	return tw.Flush()
 }
@@ -537,7 +627,10 @@ Asks every address in --addrs, and every other member the answering nodes
 list, for its node's status and prints a table for the whole cluster: node
 id, role, leader, term, first/last/commit/applied index, segments and bytes
 of the commit log. An address that does not answer gets a row with the
-error, and the exit status is then 1.`)
+error, and the exit status is then 1. A second table shows each node's
+version, commit, Go version, flush mode, and the flags it was started with
+(on the command line or from RAFTLOG_* variables) whose values differ from
+the defaults.`)
 	cf.define(fs)
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array of rows instead of a table")
 	if err := parseClusterCmd(fs, &cf, args); err != nil {
@@ -562,8 +655,16 @@ error, and the exit status is then 1.`)
 		if err := enc.Encode(out); err != nil {
 			return err
 		}
-	} else if err := writeStatusTable(e.stdout, rows); err != nil {
-		return err
+	} else {
+		if err := writeStatusTable(e.stdout, rows); err != nil {
+			return err
+		}
+		if slices.ContainsFunc(rows, func(r statusRow) bool { return r.err == nil }) {
+			fmt.Fprintln(e.stdout)
+			if err := writeDetailsTable(e.stdout, rows); err != nil {
+				return err
+			}
+		}
 	}
 	failed := 0
 	for _, r := range rows {

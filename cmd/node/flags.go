@@ -14,6 +14,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/raftlog/raftlog/node"
+	"github.com/raftlog/raftlog/transport"
 )
 
 // env is what a command sees of its process: the standard streams and the
@@ -63,6 +64,14 @@ type flagSet struct {
 	summary string          // paragraphs under the synopsis
 	env     map[string]bool // flags that fall back to the environment
 	hidden  map[string]bool // flags the usage does not list
+	fromVar []envUse        // set by parse: the flags it took from the environment, in name order
+}
+
+// envUse is a flag that parse set from its environment variable.
+type envUse struct {
+	flag     string // the flag's name
+	variable string // RAFTLOG_...
+	value    string // the variable's value
 }
 
 // newFlagSet returns the flag set of command cmd, which takes the
@@ -136,9 +145,24 @@ func (fs *flagSet) parse(args []string) ([]string, error) {
 		}
 		if serr := fs.Set(f.Name, v); serr != nil {
 			err = usagef("%s=%q: %v", envName(f.Name), v, serr)
+			return
 		}
+		fs.fromVar = append(fs.fromVar, envUse{flag: f.Name, variable: envName(f.Name), value: v})
 	})
 	return rest, err
+}
+
+// changed returns the flags set, on the command line or from the
+// environment, to values other than their defaults, as their names and
+// values, in name order. Call it after parse.
+func (fs *flagSet) changed() []transport.Setting {
+	var out []transport.Setting
+	fs.Visit(func(f *flag.Flag) {
+		if v := f.Value.String(); v != f.DefValue {
+			out = append(out, transport.Setting{Name: f.Name, Value: v})
+		}
+	})
+	return out
 }
 
 // split separates args into flags, with the values of those that take

@@ -6,6 +6,7 @@
 //	node read --addrs 10.0.0.1:7000 --from 1
 //	node status --addrs 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
 //	node demo --once
+//	node version
 //
 // serve runs one node (package node); the client commands use package
 // client; demo and bench can start a 3-node cluster in-process. Run
@@ -56,7 +57,7 @@ type command struct {
 var commands = []command{
 	{"serve", "run one node of a cluster until SIGINT or SIGTERM", cmdServe},
 	{"append", "append records and print their indexes", cmdAppend},
-	{"read", "print records: index<TAB>data", cmdRead},
+	{"read", "print records: index<TAB>data, or JSON lines", cmdRead},
 	{"tail", "print records as they commit, until Ctrl-C", cmdTail},
 	{"status", "show a status row for every node", cmdStatus},
 	{"join", "add a node to the cluster", cmdJoin},
@@ -65,6 +66,7 @@ var commands = []command{
 	{"trim", "drop every record below an index", cmdTrim},
 	{"demo", "run a local 3-node cluster and show what it does", cmdDemo},
 	{"bench", "measure append throughput and latency", cmdBench},
+	{"version", "print the version, commit and Go version of this binary", cmdVersion},
 }
 
 // run runs the command line args (without the program name) and returns
@@ -82,6 +84,8 @@ func run(ctx context.Context, e *env, args []string) int {
 			return 0
 		}
 		name, rest = rest[0], []string{"-h"}
+	case "--version", "-version":
+		name = "version"
 	}
 	for _, c := range commands {
 		if c.name == name {

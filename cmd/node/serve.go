@@ -44,10 +44,11 @@ Example, three nodes on one host:
 
 // serveOptions are the parsed flags of serve.
 type serveOptions struct {
-	cfg         node.Config // Logger not set
+	cfg         node.Config // Logger not set; Settings are the flags that differ from their defaults
 	level       hclog.Level
 	logJSON     bool
 	joinTimeout time.Duration
+	fromEnv     []envUse // the flags taken from RAFTLOG_* variables
 }
 
 // parseServe parses the flags of serve.
@@ -112,6 +113,8 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	if err := noArgs(rest); err != nil {
 		return nil, err
 	}
+	// What the operator set; the values derived below are not settings.
+	c.Settings, o.fromEnv = fs.changed(), fs.fromVar
 	switch {
 	case c.ID == "":
 		return nil, usagef("no node id: give --id or set %s", envName("id"))
@@ -219,6 +222,11 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 		Output:     e.stderr,
 		JSONFormat: o.logJSON,
 	})
+	b := node.Build()
+	o.cfg.Logger.Info("raftlog node", "version", b.Version, "commit", b.Commit, "modified", b.Modified, "go", b.GoVersion, "platform", b.Platform)
+	for _, u := range o.fromEnv {
+		o.cfg.Logger.Info("setting from the environment", "variable", u.variable, "flag", "--"+u.flag, "value", u.value)
+	}
 	return serve(ctx, o.cfg, o.joinTimeout)
 }
 

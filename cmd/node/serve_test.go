@@ -23,6 +23,7 @@ const exitWait = 10 * time.Second
 // procNode is a "node serve" process the test started.
 type procNode struct {
 	id, dir, raft, client string
+	env                   []string // RAFTLOG_* variables (key=value) to start it with
 	cmd                   *exec.Cmd
 	log                   string        // its stderr, a file
 	exited                chan struct{} // closed once cmd.Wait returned
@@ -98,7 +99,7 @@ func (h *serveHarness) start(n *procNode, extra ...string) {
 	}
 	defer logf.Close()
 	n.cmd = exec.Command(h.bin, args...)
-	n.cmd.Env = cleanEnv()
+	n.cmd.Env = append(cleanEnv(), n.env...)
 	n.cmd.Stdout, n.cmd.Stderr = logf, logf
 	if err := n.cmd.Start(); err != nil {
 		h.t.Fatal(err)
