@@ -39,22 +39,25 @@
 // # Order
 //
 // The records of one append are stored in the order given, at increasing
-// indexes. Across appends, with the default Options.MaxAppendRequests of
-// 1, a request is sent only once the one before it has completed, and the
-// appends of one request are stored in the order they were submitted;
-// retries and leader changes do not change that (a request that succeeded
-// was committed before the next was sent). So of the appends of one Client
-// that succeed, one submitted earlier (its Append or AppendAsync call
-// returned, or TryAppendAsync gave a future, before the other's began) is
-// stored at lower indexes; appends submitted concurrently from several
-// goroutines are ordered as they entered the queue. Futures complete in
-// submission order too, except that one whose context ends completes at
-// once. An append that fails promises nothing about where its records went,
-// if anywhere: an attempt stranded at a deposed leader may still be stored
-// after later appends. With MaxAppendRequests above 1, requests overlap and
-// may be stored in any order: only the appends packed into one request keep
-// their order, and one submitted after another completed gets higher
-// indexes.
+// indexes. Across appends, of the appends of one Client that succeed, one
+// submitted earlier (its Append or AppendAsync call returned, or
+// TryAppendAsync gave a future, before the other's began) is stored at
+// lower indexes; appends submitted concurrently from several goroutines
+// are ordered as they entered the queue. Retries and leader changes do not
+// change that. With the default Options.MaxAppendRequests of 1, a request
+// is sent only once the one before it has completed. With more, requests
+// overlap, and each names the one before it that has not completed
+// (transport.AppendRequest.After): the server proposes the appends of a
+// connection in the order they arrived and stores a request only after
+// the one it names, refusing it otherwise (Busy, retried), so the order
+// holds through failures too; servers older than that field refuse such
+// requests as malformed. Futures complete in submission order with one
+// request in flight; with several, a later one may complete first. A
+// future whose context ends completes at once. An append that fails
+// promises nothing about where its records went, if anywhere: an attempt
+// stranded at a deposed leader may still be stored after later appends,
+// and an append split for being too large for the server (it goes again
+// in requests of its own) is stored after the appends packed after it.
 //
 // # Leader following
 //

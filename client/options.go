@@ -80,10 +80,10 @@ type Options struct {
 	// together in the next request (up to 1,024 records and 4 MiB, or
 	// half of Conn.MaxFrameSize; an append larger than that goes alone).
 	// Default DefaultMaxAppendRequests, 1: a request starts only once the
-	// one before it has completed, so the appends that succeed are stored
-	// in the order they were submitted (see "Order" in the package
-	// documentation). More overlap requests, for throughput once the
-	// cluster can commit several at once, and give that order up. At most
+	// one before it has completed. More overlap requests, for throughput
+	// where the round trip to the leader, not the cluster, bounds it; the
+	// appends that succeed are stored in the order they were submitted
+	// either way (see "Order" in the package documentation). At most
 	// MaxAppendRequestsLimit.
 	MaxAppendRequests int
 }

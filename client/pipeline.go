@@ -47,7 +47,9 @@ const (
 // At most Options.MaxAppendRequests batches exist at once (Client.seqs
 // bounds their sequence numbers): a new batch is packed only when one
 // ends. With one, the default, a batch is sent only once the one before it
-// has completed, which is what keeps appends in submission order.
+// has completed; with more, each attempt names the latest batch packed
+// before it that has not completed (afterLocked), which the server stores
+// first. Either keeps appends in submission order.
 type pipeline struct {
 	c        *Client       // immutable
 	win      *seqWindow    // immutable: tickets of appends submitted and not completed
@@ -66,7 +68,7 @@ type pipeline struct {
 type batch struct {
 	futs  []*AppendFuture         // immutable: its appends, in submission order
 	total int                     // immutable: records in req
-	req   transport.AppendRequest // immutable but for Base, which the sender sets before each attempt
+	req   transport.AppendRequest // immutable but for Base and After, which the sender sets before each attempt
 
 	// Guarded by pipeline.mu:
 	live        int             // futures not done
@@ -359,6 +361,7 @@ func (p *pipeline) send(b *batch, gen uint64, deadline time.Time) {
 		return
 	}
 	b.req.Base = c.sessionBase()
+	b.req.After = p.afterLocked(b)
 	b.state, b.conn, b.id = batchWaiting, conn, 0
 	p.armLocked(b, deadline)
 	p.mu.Unlock()
@@ -384,6 +387,22 @@ func (p *pipeline) send(b *batch, gen uint64, deadline time.Time) {
 		// case it still works on it.
 		conn.Abandon(transport.OpAppend, id)
 	}
+}
+
+// afterLocked returns the sequence number of the batch b must be stored
+// after: the latest one packed before it that has not completed, 0 for
+// none. The server stores b only once that one is stored
+// (transport.AppendRequest.After), so batches that overlap are still
+// stored in the order they were packed. With one request in flight at a
+// time there is never such a batch.
+func (p *pipeline) afterLocked(b *batch) uint64 {
+	var after uint64
+	for o := range p.batches {
+		if s := o.req.Seq; s < b.req.Seq && s > after {
+			after = s
+		}
+	}
+	return after
 }
 
 // noReply is the error of an attempt of b that got no reply in time.

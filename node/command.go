@@ -14,6 +14,8 @@ import (
 //	member:  0x03 | uvarint len(id) | id | uvarint len(addr) | addr   (addr "" removes the member)
 //	record with a session base:
 //	         0x04 | uvarint len(client) | client | uvarint seq | uvarint i | uvarint n | uvarint base | payload
+//	first record of an Append that must follow another (i = 0):
+//	         0x05 | uvarint len(client) | client | uvarint seq | uvarint i | uvarint n | uvarint base | uvarint after | payload
 //
 // A record entry holds one appended record: its raft index is the record's
 // position. An Append of n records with a client id and sequence number
@@ -22,13 +24,17 @@ import (
 // Append that carries the client's session base (transport.AppendRequest.Base)
 // writes kind 0x04 entries, which let the state machine decide about a
 // session it does not hold (sessions.go); older clients' appends keep
-// kind 0x01. A node older than kind 0x04 would not read those entries as
+// kind 0x01. An Append that must follow an earlier one of its session
+// (transport.AppendRequest.After) writes its first entry as kind 0x05,
+// naming that one: the state machine voids the Append unless it is stored
+// (fsm.go). A node older than a kind would not read those entries as
 // records: upgrade every node before the clients.
 const (
-	kindRecord     byte = 1
-	kindTrim       byte = 2
-	kindMember     byte = 3
-	kindRecordBase byte = 4
+	kindRecord      byte = 1
+	kindTrim        byte = 2
+	kindMember      byte = 3
+	kindRecordBase  byte = 4
+	kindRecordAfter byte = 5
 )
 
 // errBadCommand reports an entry that does not decode. Entries are written
@@ -41,14 +47,20 @@ type recordCmd struct {
 	seq     uint64
 	i, n    uint64
 	base    uint64 // the client's session base; 0 when not given
+	after   uint64 // the Append that must be stored before this one; 0 for none
 	payload []byte // aliases the entry's data
 }
 
 // appendRecordCmd appends the encoding of a record entry to dst: kind
-// 0x04 when the client gave its session base, 0x01 otherwise.
-func appendRecordCmd(dst []byte, client string, seq, i, n, base uint64, payload []byte) []byte {
+// 0x05 for the first record of an Append that must follow another (after
+// not 0, which needs base), 0x04 when the client gave its session base,
+// 0x01 otherwise.
+func appendRecordCmd(dst []byte, client string, seq, i, n, base, after uint64, payload []byte) []byte {
 	kind := kindRecord
-	if client != "" && base != 0 {
+	switch {
+	case client != "" && base != 0 && after != 0 && i == 0:
+		kind = kindRecordAfter
+	case client != "" && base != 0:
 		kind = kindRecordBase
 	}
 	dst = append(dst, kind)
@@ -58,8 +70,11 @@ func appendRecordCmd(dst []byte, client string, seq, i, n, base uint64, payload 
 		dst = binary.AppendUvarint(dst, seq)
 		dst = binary.AppendUvarint(dst, i)
 		dst = binary.AppendUvarint(dst, n)
-		if kind == kindRecordBase {
+		if kind != kindRecord {
 			dst = binary.AppendUvarint(dst, base)
+		}
+		if kind == kindRecordAfter {
+			dst = binary.AppendUvarint(dst, after)
 		}
 	}
 	return append(dst, payload...)
@@ -119,7 +134,7 @@ func (r *cmdReader) end() error {
 
 // decodeRecordCmd decodes a record entry's data (kind byte included).
 func decodeRecordCmd(data []byte) (recordCmd, error) {
-	if len(data) == 0 || data[0] != kindRecord && data[0] != kindRecordBase {
+	if len(data) == 0 || data[0] != kindRecord && data[0] != kindRecordBase && data[0] != kindRecordAfter {
 		return recordCmd{}, errBadCommand
 	}
 	r := cmdReader{b: data[1:]}
@@ -127,16 +142,22 @@ func decodeRecordCmd(data []byte) (recordCmd, error) {
 	c.client = string(r.bytes())
 	if c.client != "" {
 		c.seq, c.i, c.n = r.uvarint(), r.uvarint(), r.uvarint()
-		if data[0] == kindRecordBase {
+		if data[0] != kindRecord {
 			c.base = r.uvarint()
+		}
+		if data[0] == kindRecordAfter {
+			c.after = r.uvarint()
 		}
 		if r.err == nil && (c.seq == 0 || c.n == 0 || c.i >= c.n) {
 			r.err = fmt.Errorf("%w: record %d of %d, sequence %d", errBadCommand, c.i, c.n, c.seq)
 		}
-		if r.err == nil && data[0] == kindRecordBase && (c.base == 0 || c.base > c.seq) {
+		if r.err == nil && data[0] != kindRecord && (c.base == 0 || c.base > c.seq) {
 			r.err = fmt.Errorf("%w: session base %d, sequence %d", errBadCommand, c.base, c.seq)
 		}
-	} else if r.err == nil && data[0] == kindRecordBase {
+		if r.err == nil && data[0] == kindRecordAfter && (c.i != 0 || c.after == 0 || c.after >= c.seq) {
+			r.err = fmt.Errorf("%w: record %d of sequence %d to follow %d", errBadCommand, c.i, c.seq, c.after)
+		}
+	} else if r.err == nil && data[0] != kindRecord {
 		r.err = fmt.Errorf("%w: session base without a client id", errBadCommand)
 	}
 	if r.err != nil {

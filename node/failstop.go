@@ -42,7 +42,15 @@ func (s failStopStore) check(err error) error {
 
 func (s failStopStore) StoreLog(l *raft.Log) error { return s.check(s.Store.StoreLog(l)) }
 
-func (s failStopStore) StoreLogs(logs []*raft.Log) error { return s.check(s.Store.StoreLogs(logs)) }
+// StoreLogs stores logs and tells the proposer when it did: on the
+// leader, raft stores each batch it takes before it takes the next.
+func (s failStopStore) StoreLogs(logs []*raft.Log) error {
+	err := s.check(s.Store.StoreLogs(logs))
+	if err == nil {
+		s.n.prop.stored()
+	}
+	return err
+}
 
 func (s failStopStore) DeleteRange(min, max uint64) error {
 	return s.check(s.Store.DeleteRange(min, max))

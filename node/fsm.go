@@ -155,7 +155,7 @@ func (f *fsm) applyCommand(l *raft.Log, trimmed *uint64) any {
 		return fmt.Errorf("%w: empty entry at index %d", errBadCommand, l.Index)
 	}
 	switch l.Data[0] {
-	case kindRecord, kindRecordBase:
+	case kindRecord, kindRecordBase, kindRecordAfter:
 		c, err := decodeRecordCmd(l.Data)
 		if err != nil {
 			f.voids = append(f.voids, l.Index)
@@ -215,6 +215,14 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 		if c.i != 0 {
 			f.voids = append(f.voids, index) // an earlier part is missing
 			return appendResult{void: true}
+		}
+		if c.after != 0 && c.after >= max(s.floor, c.base) && !s.complete(c.after) {
+			// Stored now, it would come before an Append the client sent
+			// earlier: void it, for the client to retry once that one
+			// completed. (Below the floor or the client's session base,
+			// the client has finished with it.)
+			f.voids = append(f.voids, index)
+			return appendResult{void: true, err: outOfOrderErr(c.client, c.seq, c.after)}
 		}
 		r = &request{n: c.n}
 		s.reqs[c.seq] = r

@@ -51,7 +51,7 @@ func (h *fsmHarness) apply(typ raft.LogType, data []byte) any {
 
 func (h *fsmHarness) record(client string, seq, i, n uint64, payload string) appendResult {
 	h.t.Helper()
-	return h.apply(raft.LogCommand, appendRecordCmd(nil, client, seq, i, n, 0, []byte(payload))).(appendResult)
+	return h.apply(raft.LogCommand, appendRecordCmd(nil, client, seq, i, n, 0, 0, []byte(payload))).(appendResult)
 }
 
 func TestFSMDeduplicates(t *testing.T) {
@@ -173,14 +173,14 @@ func TestCommandDecodeRejectsGarbage(t *testing.T) {
 	for _, data := range [][]byte{
 		{kindRecord},
 		{kindRecord, 5, 'a'},
-		appendRecordCmd(nil, "c", 0, 0, 1, 0, nil)[:5],
-		appendRecordCmd(nil, "c", 1, 2, 2, 0, []byte("x")), // part 2 of 2
+		appendRecordCmd(nil, "c", 0, 0, 1, 0, 0, nil)[:5],
+		appendRecordCmd(nil, "c", 1, 2, 2, 0, 0, []byte("x")), // part 2 of 2
 	} {
 		if _, err := decodeRecordCmd(data); err == nil {
 			t.Errorf("%x decoded", data)
 		}
 	}
-	c, err := decodeRecordCmd(appendRecordCmd(nil, "cli", 7, 1, 3, 0, []byte("payload")))
+	c, err := decodeRecordCmd(appendRecordCmd(nil, "cli", 7, 1, 3, 0, 0, []byte("payload")))
 	if err != nil || c.client != "cli" || c.seq != 7 || c.i != 1 || c.n != 3 || string(c.payload) != "payload" {
 		t.Fatalf("%+v %v", c, err)
 	}

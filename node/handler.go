@@ -128,9 +128,17 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	cmds := make([][]byte, len(r.Records))
 	total := uint64(len(r.Records))
 	for i, rec := range r.Records {
-		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+32), r.ClientID, r.Seq, uint64(i), total, r.Base, rec)
+		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+40), r.ClientID, r.Seq, uint64(i), total, r.Base, r.After, rec)
+	}
+	// The appends of one connection go to raft in the order they arrived,
+	// so that one sent after another (AppendRequest.After) normally lands
+	// after it; the state machine voids it if not.
+	turn := transport.TurnOf(ctx)
+	if err := turn.Wait(ctx); err != nil {
+		return nil, err
 	}
 	pr := n.prop.propose(cmds)
+	turn.Pass()
 	futures := pr.futures
 	for _, f := range futures {
 		f.Error()
@@ -160,6 +168,10 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 		if res.err != nil && errors.Is(res.err, errSessionExpired) {
 			n.metrics.refusedAppends.WithLabelValues(refusedSession).Inc()
 			return nil, &transport.Error{Code: transport.CodeSessionExpired, Message: res.err.Error()}
+		}
+		if res.err != nil && errors.Is(res.err, errOutOfOrder) {
+			n.metrics.refusedAppends.WithLabelValues(refusedOrder).Inc()
+			return nil, &transport.Error{Code: transport.CodeBusy, Message: res.err.Error()}
 		}
 	}
 	if firstErr != nil {

@@ -41,7 +41,8 @@ import (
 //	raftlog_store_failed                       1 once the store has failed (a write or fsync error latched): the node stops
 //	raftlog_store_errors_total{kind}           failed log and stable-store writes: no_space or io
 //	raftlog_appends_refusing                   1 while this node leads and refuses appends for want of space
-//	raftlog_appends_refused_total{reason}      appends refused by the leader: no_space or session_expired
+//	raftlog_appends_refused_total{reason}      appends refused by the leader: no_space, session_expired or
+//	                                           out_of_order (sent to follow one not stored)
 //	raftlog_requests_refused_total{op,reason}  requests refused, by op ("none" when the frame names no known
 //	                                           op, or for a connection) and reason: malformed, too_large,
 //	                                           busy, unsupported (transport.RefusalObserver), permission (authz.go)
@@ -80,7 +81,7 @@ type nodeMetrics struct {
 	segRemoved prometheus.Counter
 
 	storeErrors    *prometheus.CounterVec // by kind: no_space, io
-	refusedAppends *prometheus.CounterVec // by reason: refusedSpace, refusedSession
+	refusedAppends *prometheus.CounterVec // by reason: refusedSpace, refusedSession, refusedOrder
 
 	refusedRequests *prometheus.CounterVec // by op and reason: refusedMalformed, refusedTooLarge, refusedBusy, refusedUnsupported, refusedPermission
 	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode
@@ -138,7 +139,7 @@ func newNodeMetrics() *nodeMetrics {
 		Name: "raftlog_store_errors_total", Help: "Failed writes of the raft log and stable store, by kind (no_space, io).",
 	}, []string{"kind"})
 	m.refusedAppends = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "raftlog_appends_refused_total", Help: "Appends the leader refused, by reason (no_space, session_expired).",
+		Name: "raftlog_appends_refused_total", Help: "Appends the leader refused, by reason (no_space, session_expired, out_of_order).",
 	}, []string{"reason"})
 	m.refusedRequests = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_requests_refused_total", Help: "Client requests refused, by op (none: no known op, or a connection) and reason (malformed, too_large, busy, unsupported, permission).",
@@ -151,7 +152,7 @@ func newNodeMetrics() *nodeMetrics {
 	for _, kind := range []string{storeErrNoSpace, storeErrIO} {
 		m.storeErrors.WithLabelValues(kind)
 	}
-	for _, reason := range []string{refusedSpace, refusedSession} {
+	for _, reason := range []string{refusedSpace, refusedSession, refusedOrder} {
 		m.refusedAppends.WithLabelValues(reason)
 	}
 	for op := transport.Op(0); op == 0 || op.Valid(); op++ {

@@ -44,7 +44,7 @@ type Node struct {
 	fsm  *fsm
 	snap *snapStore
 	raft *raft.Raft
-	tr   *raft.NetworkTransport
+	tr   netTransport
 	gate *voteGate
 	prop *proposer
 
@@ -326,6 +326,12 @@ func (n *Node) startRaft() error {
 		n.startVoting()
 	}
 	store := failStopStore{Store: n.view.live, n: n}
+	// The proposer exists before raft, which tells it (through the
+	// store) when the leader has stored a batch; it proposes only through
+	// a stint, once raft runs.
+	n.prop = newProposer(applierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+		return n.raft.Apply(cmd, timeout)
+	}), n.cfg.BatchLinger, rc.MaxAppendEntries, n.cfg.BatchesInFlight, func(k int) { n.metrics.batch.Observe(float64(k)) })
 	// The cache serves replication the entries just stored, without
 	// reading and decoding them back.
 	logs, err := raft.NewLogCache(logCacheSize, store)
@@ -343,7 +349,6 @@ func (n *Node) startRaft() error {
 	}
 	n.gate.raft.Store(n.raft)
 	n.raftRef.Store(n.raft)
-	n.prop = newProposer(n.raft, n.cfg.BatchLinger, rc.MaxAppendEntries, func(k int) { n.metrics.batch.Observe(float64(k)) })
 	if bootstrapAtOnce {
 		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(c.ID), Address: tr.LocalAddr()}}}
 		if err := n.raft.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
@@ -372,11 +377,11 @@ func (n *Node) warnAddressChange(advertised string) {
 	}
 }
 
-// raftTransport returns raft's network transport: TCP, or mutual TLS when
-// configured, under faultLayer when fault injection is on, under
-// probeLayer always. The transport's address is the one the node
-// advertises.
-func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
+// raftTransport returns the raft transport (Config.RaftTransport) over
+// TCP, or mutual TLS when configured, under faultLayer when fault
+// injection is on, under probeLayer always. The transport's address is
+// the one the node advertises.
+func (n *Node) raftTransport() (netTransport, error) {
 	c := n.cfg
 	logger := c.Logger.Named("transport")
 	ln, err := net.Listen("tcp", c.RaftAddr)
@@ -407,16 +412,41 @@ func (n *Node) raftTransport() (*raft.NetworkTransport, error) {
 		stream = n.faults.layer
 	}
 	n.probes = newProbeLayer(stream, n.probeAnswer)
-	// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft v1.8.0's
-	// netPipeline can park forever after a follower answers Success=false
-	// (a failed store, a log mismatch): the leader then sends that
-	// follower heartbeats but never another entry, and raft.Shutdown
-	// waits for it (grafana/pyroscope#5518 has the analysis). It is not
-	// slower here: node bench --local, sync, 64 appenders, 3 runs each,
-	// 14,957-15,186 records/s pipelined against 16,368-17,451 without.
-	return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-		Stream: n.probes, MaxPool: 4, MaxRPCsInFlight: 1, Timeout: 10 * time.Second, Logger: logger,
-	}), nil
+	if c.RaftTransport == RaftTransportHashicorp {
+		// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft
+		// v1.8.0's netPipeline can park forever after a follower answers
+		// Success=false (a failed store, a log mismatch): the leader then
+		// sends that follower heartbeats but never another entry, and
+		// raft.Shutdown waits for it (grafana/pyroscope#5518 has the
+		// analysis). It is not slower here: node bench --local, sync, 64
+		// appenders, 3 runs each, 14,957-15,186 records/s pipelined
+		// against 16,368-17,451 without.
+		return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
+			Stream: n.probes, MaxPool: 4, MaxRPCsInFlight: 1, Timeout: raftIOTimeout, Logger: logger,
+		}), nil
+	}
+	// The native transport pipelines safely (transport/raftpipe.go), but
+	// by default it does not pipeline (see Config.RaftMaxInFlight).
+	tr, err := transport.NewRaftTransport(n.probes, &transport.RaftTransportConfig{
+		Timeout: raftIOTimeout, MaxPool: 4, MaxInFlight: c.RaftMaxInFlight, MaxFrameSize: raftFrameSize(c.Limits), Logger: logger,
+	})
+	if err != nil {
+		n.probes.Close()
+		return nil, fmt.Errorf("node: raft transport: %w", err)
+	}
+	return tr, nil
+}
+
+// raftIOTimeout bounds a raft transport's dials, request writes and waits
+// for a response (snapshots get longer, by size).
+const raftIOTimeout = 10 * time.Second
+
+// raftFrameSize is the native raft transport's frame limit: its default,
+// or room for the largest record in one AppendEntries when records may be
+// larger. (An AppendEntries larger than a frame goes out in parts.)
+func raftFrameSize(l transport.Limits) int {
+	l, _ = l.WithDefaults() // checked by withDefaults
+	return min(max(transport.DefaultRaftMaxFrameSize, l.MaxRecordSize+1<<20), 1<<30)
 }
 
 // advertisedAddr is the raft address the node gives peers: advertise when

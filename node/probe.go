@@ -25,9 +25,10 @@ import (
 //
 // The probe shares the raft port, so that it needs only the raft addresses
 // a bootstrap list gives, and the raft port's TLS: probeLayer sits between
-// raft's NetworkTransport and the stream layer and answers connections
-// that open with probeMagic. NetworkTransport opens every connection with
-// one byte, the RPC type, which is below 0x10: it never starts with 'R'.
+// the raft transport and the stream layer and answers connections that
+// open with probeMagic. Neither raft transport starts a connection with
+// 'R': the native one opens with the byte 0xF2 (transport/raftwire.go),
+// hashicorp/raft's NetworkTransport with the RPC type, below 0x10.
 //
 // A probe is one request and one answer, each a JSON line.
 const probeMagic = "RLPROBE1"

@@ -18,24 +18,35 @@ import (
 // the first append of each burst was stored alone (half the leader's
 // fdatasyncs held one record) and the rest waited behind it.
 //
-// So the proposer keeps one batch in raft at a time. An append is proposed
-// at once when no batch is in flight, so a lone client waits for nothing.
-// Otherwise it waits with the others that arrive until the batch in flight
-// has committed and been answered, until maxBatch commands wait, or for at
-// most linger, whichever comes first; then everything waiting is proposed
-// together, in arrival order. A linger of zero or less proposes every
-// append at once.
+// So the proposer batches. An append is proposed at once when no batch is
+// in flight, so a lone client waits for nothing. Otherwise it waits with
+// the others that arrive, and everything waiting is proposed together, in
+// arrival order, as soon as one of these holds:
+//
+//   - the leader's store has just finished storing a batch (stored) and
+//     fewer than maxInFlight batches are in flight: the leader then
+//     stores the next batch while the followers store the one before it,
+//     so the disks and the network work at once instead of in turn;
+//   - a batch in flight has committed and been answered, and the leader's
+//     store is idle (or no batch is in flight any more);
+//   - maxBatch commands wait;
+//   - linger has passed since the first of them arrived.
+//
+// A linger of zero or less proposes every append at once. A maxInFlight
+// of one keeps one batch in raft at a time.
 type proposer struct {
-	r        applier
-	linger   time.Duration
-	maxBatch int
-	observe  func(commands int) // called with each batch's size; may be nil
+	r           applier            // immutable
+	linger      time.Duration      // immutable
+	maxBatch    int                // immutable
+	maxInFlight int                // immutable: the most batches proposed and not finished
+	observe     func(commands int) // immutable: called with each batch's size; may be nil
 
-	mu       sync.Mutex
-	pending  []*proposal
-	waiting  int // commands in pending
-	inflight int // batches proposed and not finished
-	timer    *time.Timer
+	mu       sync.Mutex  // guards the fields below
+	pending  []*proposal // waiting to be proposed, in arrival order
+	waiting  int         // commands in pending
+	inflight int         // batches proposed and not finished
+	storing  bool        // a batch was proposed since the leader's store last finished
+	timer    *time.Timer // fires linger after the first pending proposal arrived
 
 	submitMu sync.Mutex // keeps batches in arrival order
 }
@@ -43,6 +54,14 @@ type proposer struct {
 // applier is the part of *raft.Raft the proposer uses.
 type applier interface {
 	Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture
+}
+
+// applierFunc is a function that is an applier.
+type applierFunc func(cmd []byte, timeout time.Duration) raft.ApplyFuture
+
+// Apply calls f.
+func (f applierFunc) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	return f(cmd, timeout)
 }
 
 // batch is the proposals proposed together.
@@ -57,8 +76,8 @@ type proposal struct {
 	submitted chan struct{} // closed once futures is set
 }
 
-func newProposer(r applier, linger time.Duration, maxBatch int, observe func(int)) *proposer {
-	p := &proposer{r: r, linger: linger, maxBatch: max(maxBatch, 1), observe: observe}
+func newProposer(r applier, linger time.Duration, maxBatch, maxInFlight int, observe func(int)) *proposer {
+	p := &proposer{r: r, linger: linger, maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), observe: observe}
 	p.timer = time.AfterFunc(time.Hour, p.lingered)
 	p.timer.Stop()
 	return p
@@ -83,17 +102,46 @@ func (p *proposer) propose(cmds [][]byte) *proposal {
 	return pr
 }
 
-// finish records that the futures of pr are done; the last proposal of
-// the batch in flight to finish proposes the next batch.
+// finish records that the futures of pr are done; the last proposal of a
+// batch to finish proposes the next batch if no batch is in flight any
+// more, or if another may be.
 func (p *proposer) finish(pr *proposal) {
 	p.mu.Lock()
 	if pr.batch.left--; pr.batch.left == 0 {
 		p.inflight--
 	}
-	if p.inflight == 0 && len(p.pending) > 0 {
+	if len(p.pending) > 0 && (p.inflight == 0 || p.mayOverlapLocked()) {
 		p.flushLocked()
 	}
 	p.mu.Unlock()
+}
+
+// stored records that the leader's store finished storing entries (raft's
+// leader loop stores each batch it takes, and only then takes the next):
+// what waits is proposed now if another batch may be in flight.
+//
+// It may be called on any node, for any store: on a follower, or for
+// entries other than the proposer's, nothing is pending and nothing
+// happens; a call for a store that began before the last batch was
+// proposed only lets the next batch go to raft a little early, where it
+// waits in raft's queue.
+//
+// It runs on raft's leader loop, which is what takes from raft's queue,
+// so it must not feed the queue itself: the linger timer's goroutine
+// proposes instead.
+func (p *proposer) stored() {
+	p.mu.Lock()
+	p.storing = false
+	if len(p.pending) > 0 && p.mayOverlapLocked() {
+		p.timer.Reset(0)
+	}
+	p.mu.Unlock()
+}
+
+// mayOverlapLocked reports whether the next batch may go while others are
+// in flight: the leader's store is idle and there is room.
+func (p *proposer) mayOverlapLocked() bool {
+	return !p.storing && p.inflight < p.maxInFlight
 }
 
 // lingered proposes what waited for linger.
@@ -115,6 +163,7 @@ func (p *proposer) flushLocked() {
 	p.pending = nil
 	p.waiting = 0
 	p.inflight++
+	p.storing = true
 	p.timer.Stop()
 	b := &batch{left: len(props)}
 	p.submitMu.Lock()

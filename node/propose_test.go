@@ -84,7 +84,7 @@ func proposeAsync(p *proposer, c ...string) <-chan *proposal {
 
 func TestProposerProposesAtOnceWhenIdle(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 256, nil)
+	p := newProposer(a, time.Hour, 256, 1, nil)
 	pr := p.propose(cmds("a", "b"))
 	if got := a.proposed(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("proposed %q, want [a b]", got)
@@ -102,7 +102,7 @@ func TestProposerProposesAtOnceWhenIdle(t *testing.T) {
 
 func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 256, nil)
+	p := newProposer(a, time.Hour, 256, 1, nil)
 	first := p.propose(cmds("1"))
 	second := proposeAsync(p, "2a", "2b")
 	waitPending(t, p, 1)
@@ -132,7 +132,7 @@ func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
 
 func TestProposerLingerBoundsTheWait(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Millisecond, 256, nil)
+	p := newProposer(a, time.Millisecond, 256, 1, nil)
 	first := p.propose(cmds("1"))
 	// first never finishes: the second goes once it has lingered.
 	start := time.Now()
@@ -150,7 +150,7 @@ func TestProposerLingerBoundsTheWait(t *testing.T) {
 
 func TestProposerMaxBatchProposesAtOnce(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 3, nil)
+	p := newProposer(a, time.Hour, 3, 1, nil)
 	p.propose(cmds("1")) // in flight, never finished
 	second := proposeAsync(p, "2")
 	waitPending(t, p, 1)
@@ -167,10 +167,57 @@ func TestProposerMaxBatchProposesAtOnce(t *testing.T) {
 
 func TestProposerWithoutLingerNeverWaits(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, -1, 256, nil)
+	p := newProposer(a, -1, 256, 1, nil)
 	p.propose(cmds("1")) // in flight, never finished
 	p.propose(cmds("2"))
 	if got := a.proposed(); !slices.Equal(got, []string{"1", "2"}) {
 		t.Fatalf("proposed %q, want [1 2]", got)
 	}
+}
+
+// TestProposerOverlapsOnceTheLeaderStored: once the leader has stored the
+// batch in flight, what waits goes while that batch replicates, up to
+// maxInFlight batches; with a maxInFlight of one it waits for the commit.
+func TestProposerOverlapsOnceTheLeaderStored(t *testing.T) {
+	a := &recordingApplier{}
+	p := newProposer(a, time.Hour, 256, 2, nil)
+	first := p.propose(cmds("1"))
+	second := proposeAsync(p, "2")
+	waitPending(t, p, 1)
+	p.stored() // the leader stored batch 1; it replicates
+	pr2 := recv(t, second)
+	if pr2.batch == first.batch {
+		t.Fatal("the second proposal joined the first batch")
+	}
+	// Two batches in flight, the most: a store ending lets nothing go.
+	third := proposeAsync(p, "3")
+	waitPending(t, p, 1)
+	p.stored()
+	waitPending(t, p, 1)
+	if got := a.proposed(); !slices.Equal(got, []string{"1", "2"}) {
+		t.Fatalf("proposed %q with two batches in flight, want [1 2]", got)
+	}
+	// Batch 1 commits; batch 2 is stored (the leader's store is idle):
+	// the third goes while batch 2 replicates.
+	p.finish(first)
+	pr3 := recv(t, third)
+	// Batch 3 is being stored: a batch that commits meanwhile lets the
+	// next wait for the store, so that it goes with what else arrives.
+	fourth := proposeAsync(p, "4")
+	waitPending(t, p, 1)
+	p.finish(pr2)
+	waitPending(t, p, 1)
+	p.stored()
+	recv(t, fourth)
+	p.finish(pr3)
+	if got := a.proposed(); !slices.Equal(got, []string{"1", "2", "3", "4"}) {
+		t.Fatalf("proposed %q, want [1 2 3 4]", got)
+	}
+
+	one := newProposer(&recordingApplier{}, time.Hour, 256, 1, nil)
+	one.propose(cmds("1"))
+	proposeAsync(one, "2")
+	waitPending(t, one, 1)
+	one.stored()
+	waitPending(t, one, 1) // still waiting: one batch at a time
 }

@@ -43,7 +43,7 @@ import (
 // a voter would otherwise campaign, and could win with a log that lacks
 // entries its old self acknowledged.
 type voteGate struct {
-	*raft.NetworkTransport
+	netTransport
 	out     chan raft.RPC
 	done    chan struct{}
 	allowed atomic.Bool               // voting allowed
@@ -51,8 +51,16 @@ type voteGate struct {
 	self    raft.RPCHeader
 }
 
-func newVoteGate(tr *raft.NetworkTransport, allowed bool, id string) *voteGate {
-	g := &voteGate{NetworkTransport: tr, out: make(chan raft.RPC), done: make(chan struct{})}
+// netTransport is the raft transport a voteGate wraps:
+// transport.RaftTransport or hashicorp/raft's NetworkTransport.
+type netTransport interface {
+	raft.Transport
+	raft.WithClose
+	raft.WithPreVote
+}
+
+func newVoteGate(tr netTransport, allowed bool, id string) *voteGate {
+	g := &voteGate{netTransport: tr, out: make(chan raft.RPC), done: make(chan struct{})}
 	g.allowed.Store(allowed)
 	g.self = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(tr.LocalAddr())}
 	go g.run()
@@ -70,7 +78,7 @@ func (g *voteGate) term() uint64 {
 func (g *voteGate) Consumer() <-chan raft.RPC { return g.out }
 
 func (g *voteGate) run() {
-	in := g.NetworkTransport.Consumer()
+	in := g.netTransport.Consumer()
 	for {
 		var rpc raft.RPC
 		select {
@@ -120,7 +128,7 @@ func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args
 	if !g.allowed.Load() {
 		return errNotVoterYet
 	}
-	return g.NetworkTransport.RequestVote(id, target, args, resp)
+	return g.netTransport.RequestVote(id, target, args, resp)
 }
 
 // RequestPreVote implements raft.WithPreVote.
@@ -128,7 +136,7 @@ func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, a
 	if !g.allowed.Load() {
 		return errNotVoterYet
 	}
-	return g.NetworkTransport.RequestPreVote(id, target, args, resp)
+	return g.netTransport.RequestPreVote(id, target, args, resp)
 }
 
 // Close implements raft.WithClose.
@@ -138,7 +146,7 @@ func (g *voteGate) Close() error {
 	default:
 		close(g.done)
 	}
-	return g.NetworkTransport.Close()
+	return g.netTransport.Close()
 }
 
 // selfSuffrage returns the node's suffrage in its latest configuration,

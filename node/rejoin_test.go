@@ -9,7 +9,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/transport"
 )
 
 // A member that lost its data dir and rejoins under its old id refuses
@@ -42,8 +45,7 @@ func TestWipedMemberDoesNotVoteUntilCaughtUp(t *testing.T) {
 	// The cluster runs with fault injection, whose stream layer starts
 	// connections with a preamble: speak it.
 	layer := newFaultLayer(&streamLayer{Listener: ln, dial: dialTCP}, ln.Addr().String())
-	tr := raft.NewNetworkTransport(layer, 1, 5*time.Second, io.Discard)
-	defer tr.Close()
+	tr := newPeerTransport(t, back.cfg.RaftTransport, layer)
 	var resp raft.RequestVoteResponse
 	req := &raft.RequestVoteRequest{
 		RPCHeader: raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("candidate"), Addr: []byte(tr.LocalAddr())},
@@ -143,17 +145,22 @@ func startNoJoinWait(t *testing.T, cfg Config) *Node {
 
 // Heartbeats go through the consumer channel, to raft's main goroutine,
 // never to a fast-path handler on the transport's goroutine (see
-// voteGate.SetHeartbeatHandler).
+// voteGate.SetHeartbeatHandler), whichever the raft transport.
 func TestHeartbeatsReachTheMainLoop(t *testing.T) {
-	listen := func() *raft.NetworkTransport {
-		tr, err := raft.NewTCPTransport("127.0.0.1:0", nil, 1, 5*time.Second, io.Discard)
+	for _, kind := range []RaftTransportKind{RaftTransportNative, RaftTransportHashicorp} {
+		t.Run(string(kind), func(t *testing.T) { testHeartbeatsReachTheMainLoop(t, kind) })
+	}
+}
+
+func testHeartbeatsReachTheMainLoop(t *testing.T, kind RaftTransportKind) {
+	listen := func() netTransport {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			t.Fatal(err)
 		}
-		return tr
+		return newPeerTransport(t, kind, &streamLayer{Listener: ln, dial: dialTCP})
 	}
 	server, client := listen(), listen()
-	defer client.Close()
 	g := newVoteGate(server, true, "n1")
 	defer g.Close()
 	fast := make(chan struct{}, 1)
@@ -183,4 +190,22 @@ func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newPeerTransport returns a raft transport of the given kind over layer,
+// to talk to nodes as a peer would; it is closed when the test ends.
+func newPeerTransport(t *testing.T, kind RaftTransportKind, layer raft.StreamLayer) netTransport {
+	t.Helper()
+	var tr netTransport
+	if kind == RaftTransportHashicorp {
+		tr = raft.NewNetworkTransport(layer, 1, 5*time.Second, io.Discard)
+	} else {
+		var err error
+		tr, err = transport.NewRaftTransport(layer, &transport.RaftTransportConfig{Timeout: 5 * time.Second, Logger: hclog.NewNullLogger()})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { tr.Close() })
+	return tr
 }

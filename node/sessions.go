@@ -73,6 +73,23 @@ func sessionErr(client string, seq uint64, why string) error {
 		"of it was is unknown: read the log to find out, and append under a new client id (a new Client)", errSessionExpired, client, seq, why)
 }
 
+// errOutOfOrder voids an Append that must follow one not stored yet
+// (transport.AppendRequest.After).
+var errOutOfOrder = errors.New("out of order")
+
+// outOfOrderErr is an errOutOfOrder naming the two Appends.
+func outOfOrderErr(client string, seq, after uint64) error {
+	return fmt.Errorf("%w: client %s, sequence number %d must follow %d, which is not stored yet; nothing was stored, retry once %d completed",
+		errOutOfOrder, client, seq, after, after)
+}
+
+// complete reports whether the session remembers the Append seq as
+// stored whole.
+func (s *session) complete(seq uint64) bool {
+	r := s.reqs[seq]
+	return r != nil && uint64(len(r.indexes)) == r.n
+}
+
 // evict forgets the least recently used session, remembering it among the
 // evicted ones. Called with f.mu held.
 func (f *fsm) evict() {

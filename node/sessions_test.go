@@ -22,7 +22,7 @@ import (
 // base.
 func (h *fsmHarness) recordBase(client string, seq, base uint64, payload string) appendResult {
 	h.t.Helper()
-	return h.apply(raft.LogCommand, appendRecordCmd(nil, client, seq, 0, 1, base, []byte(payload))).(appendResult)
+	return h.apply(raft.LogCommand, appendRecordCmd(nil, client, seq, 0, 1, base, 0, []byte(payload))).(appendResult)
 }
 
 // fillSessions stores one append from each of n new clients, in one batch,
@@ -31,7 +31,7 @@ func (h *fsmHarness) fillSessions(prefix string, n int) {
 	h.t.Helper()
 	logs := make([]*raft.Log, n)
 	for i := range logs {
-		data := appendRecordCmd(nil, fmt.Sprintf("%s-%d", prefix, i), 1, 0, 1, 1, []byte("f"))
+		data := appendRecordCmd(nil, fmt.Sprintf("%s-%d", prefix, i), 1, 0, 1, 1, 0, []byte("f"))
 		logs[i] = &raft.Log{Index: h.next, Term: 1, Type: raft.LogCommand, Data: data, AppendedAt: time.Unix(0, int64(h.next))}
 		h.next++
 	}
@@ -121,7 +121,7 @@ func TestFSMUnknownSession(t *testing.T) {
 		t.Fatalf("older client without a base: %+v", r)
 	}
 	// A later part of an Append whose first part was never stored.
-	if r := h.apply(raft.LogCommand, appendRecordCmd(nil, "d", 1, 1, 2, 1, []byte("p"))).(appendResult); !r.void || r.err != nil {
+	if r := h.apply(raft.LogCommand, appendRecordCmd(nil, "d", 1, 1, 2, 1, 0, []byte("p"))).(appendResult); !r.void || r.err != nil {
 		t.Fatalf("second part without a session: %+v", r)
 	}
 }

@@ -280,9 +280,9 @@ func installLog(from, to uint64) []*raft.Log {
 		case i%50 == 0:
 			l.Data = encodeMemberCmd(fmt.Sprintf("n%d", i), "127.0.0.1:1")
 		case i%3 == 0:
-			l.Data = appendRecordCmd(nil, "c", i, 0, 1, 0, []byte(fmt.Sprintf("rec-%d", i)))
+			l.Data = appendRecordCmd(nil, "c", i, 0, 1, 0, 0, []byte(fmt.Sprintf("rec-%d", i)))
 		default:
-			l.Data = appendRecordCmd(nil, "", 0, 0, 0, 0, bytes.Repeat([]byte{byte(i)}, int(i%200)))
+			l.Data = appendRecordCmd(nil, "", 0, 0, 0, 0, 0, bytes.Repeat([]byte{byte(i)}, int(i%200)))
 		}
 		logs = append(logs, l)
 	}
@@ -380,7 +380,7 @@ func (sc *installScene) node(fs vfs.FS) *storage {
 	var stale []*raft.Log
 	for i := uint64(sceneOld + 1); i <= sceneStale; i++ {
 		stale = append(stale, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand,
-			Data: appendRecordCmd(nil, "", 0, 0, 0, 0, []byte(fmt.Sprintf("stale-%d", i)))})
+			Data: appendRecordCmd(nil, "", 0, 0, 0, 0, 0, []byte(fmt.Sprintf("stale-%d", i)))})
 	}
 	if err := st.view.live.StoreLogs(stale); err != nil {
 		t.Fatal(err)

@@ -52,6 +52,7 @@ const (
 const (
 	refusedSpace   = "no_space"
 	refusedSession = "session_expired"
+	refusedOrder   = "out_of_order" // AppendRequest.After was not stored
 )
 
 // spaceGuard reads the data dir's free space and holds the leader's

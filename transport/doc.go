@@ -1,6 +1,7 @@
 // Package transport owns raftlog's client wire protocol: framing,
 // versioning, message types, limits, a pipelining client (Conn) and a
-// per-connection server loop (Serve). The node package implements Handler
+// per-connection server loop (Serve). It also owns the native raft
+// transport, RaftTransport (see "The raft transport" below). The node package implements Handler
 // and wires Serve to a listener; the protocol code knows nothing of Raft
 // state or storage.
 //
@@ -48,6 +49,24 @@
 // exactly what go-msgpack writes and read it without reflection; other
 // bodies, and bodies the hand-written decoders do not expect, take
 // go-msgpack. Decoded records share memory with the frame they came in.
+//
+// # The raft transport
+//
+// RaftTransport is a hashicorp/raft Transport over any raft.StreamLayer
+// (TCP, TLS, or layers over them), speaking its own protocol, documented
+// in raftwire.go: a versioned connection preamble, length-prefixed frames
+// with a raft group id (0 today), and bodies encoded by hand, without
+// reflection, decoded in place (an AppendEntries of any number of entries
+// costs a fixed number of allocations, and entries alias a buffer raft
+// may keep). Replication is pipelined (raftpipe.go) in a way that cannot
+// deadlock when a follower answers Success=false, as hashicorp/raft
+// v1.8.0's own pipeline can. Every RPC in progress has a connection of its
+// own, so heartbeats never wait behind a large AppendEntries; idle
+// connections are pooled per peer, and one the peer closed is replaced
+// once, at the first RPC that finds it dead (raft's RPCs may be repeated). Frames are bounded (MaxFrameSize) and
+// allocated as they arrive. It holds no durable state: durability is the
+// LogStore's. Every method is safe for concurrent use; Close returns once
+// every connection and goroutine is done.
 //
 // # What it does not do
 //

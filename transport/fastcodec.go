@@ -64,6 +64,7 @@ func fastOf(v any) fastMessage {
 // They are the msgpack tags of messages.go; TestFastCodecMatchesReflection
 // fails if one differs.
 const (
+	keyAfter      = "\xa5" + "after"
 	keyAppendedAt = "\xab" + "appended_at"
 	keyBase       = "\xa4" + "base"
 	keyClientID   = "\xa9" + "client_id"
@@ -96,10 +97,13 @@ func (s *fields) see(d *mpDec, f fields) {
 	*s |= f
 }
 
-// AppendRequest: base, client_id, records, seq.
+// AppendRequest: after, base, client_id, records, seq.
 
 func (m *AppendRequest) msgpackSize() int {
 	n, size := 1, len(keyRecords)+sizeBinArray(m.Records)
+	if m.After != 0 {
+		n, size = n+1, size+len(keyAfter)+sizeUint(m.After)
+	}
 	if m.Base != 0 {
 		n, size = n+1, size+len(keyBase)+sizeUint(m.Base)
 	}
@@ -114,6 +118,9 @@ func (m *AppendRequest) msgpackSize() int {
 
 func (m *AppendRequest) appendMsgpack(b []byte) []byte {
 	n := 1
+	if m.After != 0 {
+		n++
+	}
 	if m.Base != 0 {
 		n++
 	}
@@ -124,6 +131,9 @@ func (m *AppendRequest) appendMsgpack(b []byte) []byte {
 		n++
 	}
 	b = appendMap(b, n)
+	if m.After != 0 {
+		b = appendUint(append(b, keyAfter...), m.After)
+	}
 	if m.Base != 0 {
 		b = appendUint(append(b, keyBase...), m.Base)
 	}
@@ -143,6 +153,9 @@ func (m *AppendRequest) decodeMsgpack(b []byte) bool {
 		var seen fields
 		for range d.mapLen() {
 			switch string(d.key()) {
+			case name(keyAfter):
+				seen.see(&d, 16)
+				m.After = d.uint()
 			case name(keyBase):
 				seen.see(&d, 1)
 				m.Base = d.uint()

@@ -79,7 +79,7 @@ func TestFastCodecMatchesReflection(t *testing.T) {
 	)
 	for _, u := range edgeUints {
 		vals = append(vals,
-			&AppendRequest{ClientID: "c", Seq: u, Base: u, Records: [][]byte{{1}}},
+			&AppendRequest{ClientID: "c", Seq: u, Base: u, After: u, Records: [][]byte{{1}}},
 			&AppendResponse{Indexes: []uint64{u, u}},
 			&ReadRequest{From: u, MaxRecords: uint32(u), MaxBytes: uint32(u >> 1)},
 			&ReadResponse{Next: u, Records: []Record{{Index: u}}},
@@ -144,7 +144,7 @@ func randomMessage(rng *rand.Rand, typ reflect.Type) any {
 	}
 	switch typ {
 	case reflect.TypeFor[AppendRequest]():
-		r := &AppendRequest{Seq: u(), Base: u(), ClientID: strings.Repeat("id", n(300)/2)}
+		r := &AppendRequest{Seq: u(), Base: u(), After: u(), ClientID: strings.Repeat("id", n(300)/2)}
 		if rng.IntN(6) != 0 {
 			r.Records = make([][]byte, n(40))
 			for j := range r.Records {

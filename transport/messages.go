@@ -144,6 +144,15 @@ type AppendRequest struct {
 	// tell a new append from a retry: without it (0, an older client) the
 	// server can only guess. At most Seq; 0 when ClientID is empty.
 	Base uint64 `msgpack:"base,omitempty"`
+	// After, when not 0, is the sequence number of an earlier append of
+	// the same session that must be stored before this one: the server
+	// stores this one only if After is stored already, or was proposed
+	// before it by the same leader in the same term (a request earlier on
+	// the same connection, see Turn), and otherwise refuses it with Busy,
+	// storing nothing, for the client to retry once After has completed.
+	// It lets a client keep several appends in flight and still have them
+	// stored in the order it sent them. At most Seq-1; 0 without ClientID.
+	After uint64 `msgpack:"after,omitempty"`
 	// Records are the records to append, in order; at least one.
 	Records [][]byte `msgpack:"records"`
 }
@@ -164,6 +173,8 @@ func (r *AppendRequest) Validate(l Limits) error {
 		return errorf(CodeBadRequest, "client id without a sequence number")
 	case r.Base > r.Seq:
 		return errorf(CodeBadRequest, "session base %d is above the sequence number %d", r.Base, r.Seq)
+	case r.After != 0 && r.After >= r.Seq:
+		return errorf(CodeBadRequest, "append %d to follow %d, which is not earlier", r.Seq, r.After)
 	}
 	for i, rec := range r.Records {
 		if len(rec) > l.MaxRecordSize {

@@ -175,6 +175,8 @@ type serverConn struct {
 
 	w *frameWriter // coalesces and serialises frame writes
 
+	lastTurn <-chan struct{} // owned by the read loop: closed once the last append request passed its turn
+
 	mu       sync.Mutex            // guards the fields below and read deadlines
 	inflight map[uint64]*serverReq // requests without a final frame yet
 	bytes    int                   // sum of the body sizes in inflight
@@ -192,6 +194,7 @@ type serverReq struct {
 	info   opInfo             // its op
 	size   int                // body size, counted in serverConn.bytes
 	stream *ServerStream      // nil for a unary request
+	turn   *Turn              // an append's place among the connection's appends; nil for other ops
 }
 
 // workerIdle is how long a worker waits for another request before it
@@ -326,7 +329,13 @@ func (s *serverConn) request(ctx context.Context, f Frame) error {
 		return s.refuse(f.Op, f.ID, errorf(CodeUnknownOp, "unknown op %d", uint16(f.Op)))
 	}
 	rctx, cancel := context.WithCancel(ctx)
-	r := &serverReq{s: s, ctx: rctx, cancel: cancel, f: f, info: info, size: len(f.Body)}
+	r := &serverReq{s: s, cancel: cancel, f: f, info: info, size: len(f.Body)}
+	if f.Op == OpAppend {
+		r.turn = nextTurn(s.lastTurn)
+		s.lastTurn = r.turn.done
+		rctx = context.WithValue(rctx, turnKey{}, r.turn)
+	}
+	r.ctx = rctx
 	if info.stream {
 		r.stream = &ServerStream{s: s, ctx: rctx, op: f.Op, id: f.ID, item: info.respPtr, more: make(chan struct{}, 1)}
 	}
@@ -365,6 +374,7 @@ func (s *serverConn) worker(r *serverReq) {
 func (s *serverConn) serve(r *serverReq) {
 	defer r.cancel()
 	resp, err := s.call(r)
+	r.turn.Pass()
 	var body []byte
 	sp := scratch.Get().(*[]byte)
 	if err == nil {

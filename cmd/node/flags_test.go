@@ -145,8 +145,24 @@ func TestServeFlags(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c := o.cfg; len(c.Join) != 3 || c.Flush != node.FlushSync || c.RetentionBytes != 0 || o.level != hclog.Info || o.joinTimeout != time.Minute || c.Pprof {
+	if c := o.cfg; len(c.Join) != 3 || c.Flush != node.FlushSync || c.RetentionBytes != 0 || o.level != hclog.Info || o.joinTimeout != time.Minute ||
+		c.RaftTransport != node.RaftTransportNative || c.Pprof {
 		t.Errorf("defaults: %+v, level %v", c, o.level)
+	}
+	if o.cfg.RaftMaxInFlight != 1 || o.cfg.BatchesInFlight != 1 {
+		t.Errorf("raft max in flight %d, batches in flight %d by default, want 1 and 1", o.cfg.RaftMaxInFlight, o.cfg.BatchesInFlight)
+	}
+	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--batches-in-flight", "3"})
+	if err != nil || o.cfg.BatchesInFlight != 3 {
+		t.Errorf("--batches-in-flight 3: %v, %d", err, o.cfg.BatchesInFlight)
+	}
+	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--raft-transport", "hashicorp"})
+	if err != nil || o.cfg.RaftTransport != node.RaftTransportHashicorp {
+		t.Errorf("--raft-transport hashicorp: %v, %q", err, o.cfg.RaftTransport)
+	}
+	o, err = parseServe(e, []string{"--id=n2", "--data-dir", "d", "--raft-max-in-flight", "4"})
+	if err != nil || o.cfg.RaftMaxInFlight != 4 {
+		t.Errorf("--raft-max-in-flight 4: %v, %d", err, o.cfg.RaftMaxInFlight)
 	}
 
 	e, _, _ = testEnv(map[string]string{"RAFTLOG_PPROF": "true"})
@@ -177,6 +193,11 @@ func TestUsageErrors(t *testing.T) {
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--bootstrap", "n1=127.0.0.1:1", "--join", "127.0.0.1:2"}, nil, "not both"},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--client-addr", "0.0.0.0:7000"}, nil, "give --client-advertise"},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--initial-cluster-state", "old"}, nil, `--initial-cluster-state "old": want new or existing`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-transport", "grpc"}, nil, `--raft-transport "grpc": want native or hashicorp`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d"}, map[string]string{"RAFTLOG_RAFT_TRANSPORT": "tcp"}, `--raft-transport "tcp": want native or hashicorp`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-max-in-flight", "0"}, nil, `--raft-max-in-flight 0: want at least 1`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--batches-in-flight", "0"}, nil, `--batches-in-flight 0: want at least 1`},
+		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--raft-transport", "hashicorp", "--raft-max-in-flight", "4"}, nil, `--raft-max-in-flight 4 needs --raft-transport native`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "extra"}, nil, `unexpected argument "extra"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--log-level", "loud"}, nil, `log level "loud"`},
 		{[]string{"serve", "--id", "n1", "--data-dir", "d", "--tls-admins", "ops"}, nil, "TLS needs --tls-cert, --tls-key and --tls-ca (and --tls-client-auth and --tls-admins need TLS"},

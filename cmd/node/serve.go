@@ -62,6 +62,8 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 	fs.StringVar(&c.DataDir, "data-dir", "", "the `directory` of the node's log, raft state and snapshots (required)")
 	fs.Var(addrValue{&c.RaftAddr}, "raft-addr", "the `host:port` raft listens on; port 0 picks one")
 	fs.StringVar(&c.RaftAdvertise, "raft-advertise", "", "the raft `host:port` other nodes dial, when it differs from --raft-addr")
+	fs.StringVar((*string)(&c.RaftTransport), "raft-transport", string(node.RaftTransportNative), "the raft transport between nodes: `native` (raftlog's own, pipelined) or hashicorp (hashicorp/raft's NetworkTransport);\nevery node of a cluster must use the same")
+	fs.IntVar(&c.RaftMaxInFlight, "raft-max-in-flight", 1, "how many AppendEntries the native raft transport keeps in flight to each follower (`count`);\n1 does not pipeline; raise it where the network round trip, not the disk, bounds replication")
 	fs.Var(addrValue{&c.ClientAddr}, "client-addr", "the `host:port` clients connect to; port 0 picks one")
 	fs.StringVar(&c.ClientAdvertise, "client-advertise", "", "the client `host:port` given to clients, when it differs from --client-addr")
 	fs.StringVar(&c.AdminAddr, "admin-addr", "", "the `host:port` of the HTTP /status, /health and /ready endpoints; empty: none")
@@ -87,6 +89,7 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		"how long a candidate waits for votes before it tries again (a `duration`); at least --heartbeat-timeout")
 	fs.DurationVar(&c.LeaderLeaseTimeout, "leader-lease-timeout", node.DefaultLeaderLeaseTimeout,
 		"how long a leader keeps leading without hearing from a quorum (a `duration`); at most --heartbeat-timeout")
+	fs.IntVar(&c.BatchesInFlight, "batches-in-flight", 1, "how many batches of appends the leader keeps in raft at once (a `count`); above 1 the leader stores\nthe next batch while followers store the one before: for nodes with disks of their own and a long round trip")
 	fs.DurationVar(&c.BatchLinger, "batch-linger", 0, "the longest an append waits, while a batch of appends is in raft, to be proposed with the next batch (a `duration`);\n0: the default, 2ms; negative: propose every append at once")
 	var tlsConf node.TLSConfig
 	fs.StringVar(&tlsConf.CertFile, "tls-cert", "", "the node's certificate PEM `file`: turns on TLS for clients and mutual TLS between nodes")
@@ -123,6 +126,14 @@ func parseServe(e *env, args []string) (*serveOptions, error) {
 		return nil, usagef("--max-conns %d is negative", c.MaxConns)
 	case o.joinTimeout < 0:
 		return nil, usagef("--join-timeout %v is negative", o.joinTimeout)
+	case c.RaftTransport != node.RaftTransportNative && c.RaftTransport != node.RaftTransportHashicorp:
+		return nil, usagef("--raft-transport %q: want native or hashicorp", c.RaftTransport)
+	case c.BatchesInFlight < 1:
+		return nil, usagef("--batches-in-flight %d: want at least 1", c.BatchesInFlight)
+	case c.RaftMaxInFlight < 1:
+		return nil, usagef("--raft-max-in-flight %d: want at least 1", c.RaftMaxInFlight)
+	case c.RaftMaxInFlight > 1 && c.RaftTransport != node.RaftTransportNative:
+		return nil, usagef("--raft-max-in-flight %d needs --raft-transport native", c.RaftMaxInFlight)
 	case c.InitialClusterState != node.ClusterNew && c.InitialClusterState != node.ClusterExisting:
 		return nil, usagef("--initial-cluster-state %q: want new or existing", c.InitialClusterState)
 	}
@@ -245,7 +256,7 @@ func serve(ctx context.Context, cfg node.Config, joinTimeout time.Duration) erro
 		}
 		return err
 	}
-	log.Info("serving", "id", n.ID(), "client", n.ClientAddr(), "raft", n.RaftAddr(), "admin", n.AdminURL(), "flush", cfg.Flush, "data_dir", cfg.DataDir)
+	log.Info("serving", "id", n.ID(), "client", n.ClientAddr(), "raft", n.RaftAddr(), "admin", n.AdminURL(), "flush", cfg.Flush, "raft_transport", cfg.RaftTransport, "data_dir", cfg.DataDir)
 	select {
 	case <-ctx.Done():
 	case <-n.Done():

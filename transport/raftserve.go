@@ -1,0 +1,260 @@
+package transport
+
+// The answering side of RaftTransport: accepting connections, handing
+// their requests to raft, writing raft's responses back.
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+const (
+	// raftServerQueue bounds the requests of one connection handed to raft
+	// and not yet answered: past it, the connection's reader waits, and
+	// TCP pushes back on the peer.
+	raftServerQueue = 64
+	// raftServerReadBuffer and raftServerWriteBuffer size an answering
+	// connection's buffers.
+	raftServerReadBuffer  = 64 << 10
+	raftServerWriteBuffer = 16 << 10
+)
+
+// acceptLoop accepts connections until the stream layer is closed.
+func (t *RaftTransport) acceptLoop() {
+	defer t.wg.Done()
+	const minBackoff, maxBackoff = 5 * time.Millisecond, time.Second
+	backoff := minBackoff
+	for {
+		conn, err := t.stream.Accept()
+		if err != nil {
+			if t.isClosed() {
+				return
+			}
+			if errors.Is(err, net.ErrClosed) {
+				t.logger.Error("the raft listener was closed; no more raft connections are accepted", "error", err)
+				return
+			}
+			t.logger.Error("failed to accept a raft connection", "error", err)
+			timer := time.NewTimer(backoff)
+			select {
+			case <-t.done:
+				timer.Stop()
+				return
+			case <-timer.C:
+			}
+			backoff = min(2*backoff, maxBackoff)
+			continue
+		}
+		backoff = minBackoff
+		if !t.track(conn, true) {
+			conn.Close()
+			return
+		}
+		go t.serveConn(conn)
+	}
+}
+
+// raftPending is a request handed to raft, waiting for its response.
+type raftPending struct {
+	kind raftKind
+	resp chan raft.RPCResponse
+}
+
+// serveConn answers the requests of one accepted connection. It reads
+// them and hands them to raft in order, while writeResponses writes the
+// responses in the same order.
+func (t *RaftTransport) serveConn(conn net.Conn) {
+	defer t.wg.Done()
+	defer t.untrack(conn)
+	defer conn.Close()
+	br := bufio.NewReaderSize(conn, raftServerReadBuffer)
+	if err := t.greet(conn, br); err != nil {
+		t.logger.Warn("refused a raft connection", "remote-address", conn.RemoteAddr().String(), "error", err)
+		return
+	}
+	queue := make(chan *raftPending, raftServerQueue)
+	writerDone := make(chan struct{})
+	go t.writeResponses(conn, queue, writerDone)
+	defer func() { <-writerDone }()
+	defer close(queue)
+	for {
+		err := t.serveRequest(conn, br, queue, writerDone)
+		if err == nil {
+			continue
+		}
+		if err != io.EOF && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errRaftConnDone) && !t.isClosed() {
+			t.logger.Error("failed to serve a raft connection", "remote-address", conn.RemoteAddr().String(), "error", err)
+		}
+		return
+	}
+}
+
+// errRaftConnDone ends the serving of a connection without an error worth
+// logging: the writer stopped, or an InstallSnapshot was answered.
+var errRaftConnDone = errors.New("transport: raft connection done")
+
+// greet reads and checks the preamble of an accepted connection. A peer
+// of another version gets this side's preamble back, which tells it the
+// version spoken here.
+func (t *RaftTransport) greet(conn net.Conn, br *bufio.Reader) error {
+	if t.cfg.Timeout > 0 {
+		conn.SetReadDeadline(time.Now().Add(t.cfg.Timeout))
+	}
+	p := make([]byte, raftPreambleSize)
+	n, err := io.ReadFull(br, p)
+	if err != nil && n == 0 {
+		return err
+	}
+	if err := checkRaftPreamble(p[:n]); err != nil {
+		if n == raftPreambleSize && string(p[:len(raftMagic)]) == raftMagic {
+			if t.cfg.Timeout > 0 {
+				conn.SetWriteDeadline(time.Now().Add(t.cfg.Timeout))
+			}
+			conn.Write(appendRaftPreamble(nil))
+		}
+		return err
+	}
+	conn.SetReadDeadline(time.Time{})
+	return nil
+}
+
+// serveRequest reads one request and hands it to raft (or to the
+// heartbeat handler), after queueing its response for the writer.
+func (t *RaftTransport) serveRequest(conn net.Conn, br *bufio.Reader, queue chan<- *raftPending, writerDone <-chan struct{}) error {
+	f, err := readRaftFrame(br, t.cfg.MaxFrameSize, func(length int) {
+		if t.cfg.Timeout > 0 {
+			conn.SetReadDeadline(time.Now().Add(snapshotTimeout(t.cfg.Timeout, int64(length))))
+		}
+	})
+	if err != nil {
+		return err
+	}
+	conn.SetReadDeadline(time.Time{})
+	if !f.kind.valid() {
+		return fmt.Errorf("%w: a %v frame where a request belongs", ErrMalformedFrame, f.kind)
+	}
+	cmd, err := decodeRequest(f.kind, f.body)
+	if err != nil {
+		return err
+	}
+	p := &raftPending{kind: f.kind, resp: make(chan raft.RPCResponse, 1)}
+	rpc := raft.RPC{Command: cmd, RespChan: p.resp}
+	snap, isSnap := cmd.(*raft.InstallSnapshotRequest)
+	if isSnap {
+		if t.cfg.Timeout > 0 {
+			conn.SetReadDeadline(time.Now().Add(snapshotTimeout(t.cfg.Timeout, snap.Size)))
+		}
+		rpc.Reader = io.LimitReader(br, snap.Size)
+	}
+	select {
+	case queue <- p:
+	case <-writerDone:
+		return errRaftConnDone
+	case <-t.done:
+		return errRaftConnDone
+	}
+	switch {
+	case f.group != 0:
+		// Not served here yet: one raft group per transport.
+		p.resp <- raft.RPCResponse{Error: fmt.Errorf("transport: no raft group %d on this node", f.group)}
+	case isHeartbeat(cmd) && t.hb.Load() != nil:
+		(*t.hb.Load())(rpc)
+	default:
+		select {
+		case t.rpcs <- rpc:
+		case <-t.done:
+			return errRaftConnDone
+		}
+	}
+	if isSnap {
+		// The writer closes the connection after the response: the
+		// stream after the snapshot data is not trusted.
+		<-writerDone
+		return errRaftConnDone
+	}
+	return nil
+}
+
+// isHeartbeat reports whether cmd is an AppendEntries that carries
+// nothing but the term and the leader, the RPC raft's heartbeat handler
+// takes.
+func isHeartbeat(cmd any) bool {
+	r, ok := cmd.(*raft.AppendEntriesRequest)
+	if !ok {
+		return false
+	}
+	//lint:ignore SA1019 raft v1.8.0 still sets and reads Leader
+	leader := r.Leader
+	return r.Term != 0 && (len(r.Addr) != 0 || len(leader) != 0) &&
+		r.PrevLogEntry == 0 && r.PrevLogTerm == 0 && len(r.Entries) == 0 && r.LeaderCommitIndex == 0
+}
+
+// writeResponses writes the responses of queued requests, in order,
+// flushing whenever the next response is not ready yet. It closes the
+// connection when it stops: after a failed write, after the response to
+// an InstallSnapshot, or when the queue closes.
+func (t *RaftTransport) writeResponses(conn net.Conn, queue <-chan *raftPending, writerDone chan<- struct{}) {
+	defer close(writerDone)
+	defer conn.Close()
+	bw := bufio.NewWriterSize(conn, raftServerWriteBuffer)
+	bp := getRaftBuf()
+	defer putRaftBuf(bp)
+	for {
+		// Wait for the next request's response, flushing what is
+		// written first if it is not ready.
+		var p *raftPending
+		var ok bool
+		select {
+		case p, ok = <-queue:
+		default:
+			if bw.Flush() != nil {
+				return
+			}
+			select {
+			case p, ok = <-queue:
+			case <-t.done:
+				return
+			}
+		}
+		if !ok {
+			bw.Flush()
+			return
+		}
+		var r raft.RPCResponse
+		select {
+		case r = <-p.resp:
+		default:
+			if bw.Flush() != nil {
+				return
+			}
+			select {
+			case r = <-p.resp:
+			case <-t.done:
+				return
+			}
+		}
+		b := appendRaftHeader((*bp)[:0], p.kind|raftResponseBit, 0)
+		b = appendResponse(b, p.kind, r.Response, r.Error)
+		*bp = b
+		if err := finishRaftFrame(b, 0, t.cfg.MaxFrameSize); err != nil {
+			t.logger.Error("failed to encode a raft response", "kind", p.kind, "error", err)
+			return
+		}
+		if t.cfg.Timeout > 0 {
+			conn.SetWriteDeadline(time.Now().Add(t.cfg.Timeout))
+		}
+		if _, err := bw.Write(b); err != nil {
+			return
+		}
+		if p.kind == raftInstallSnapshot {
+			bw.Flush()
+			return
+		}
+	}
+}
