@@ -108,14 +108,17 @@ func (sc *Scanner) LastDurable() int64 {
 }
 
 // Scan reads every record of the log, oldest first, and calls fn with each
-// one that checks out, in order; a record's Payload is valid only during
-// the call. An error from fn stops the scan and is returned.
+// one in order: with a nil error for a record that checks out (its Payload
+// valid only during the call), and with an error wrapping ErrCorrupt, and
+// a Record holding only the Position, for a damaged one. An error from fn
+// stops the scan and is returned.
 //
 // Past the durable watermark, Scan ends where recovery would end the log.
-// Below it, a record that fails its checks is reported in ScanInfo.Damage
-// and the scan goes on after it where it can: at the next record when the
-// damaged record's header still checks out, else at the next segment.
-func (sc *Scanner) Scan(fn func(Record) error) (*ScanInfo, error) {
+// Below it, a record that fails its checks is damage: the first is
+// reported in ScanInfo.Damage, and the scan goes on after it where it can:
+// at the next record when the damaged record's header still checks out,
+// else at the next segment.
+func (sc *Scanner) Scan(fn func(rec Record, damage error) error) (*ScanInfo, error) {
 	if sc.f == nil {
 		return nil, ErrClosed
 	}
@@ -144,8 +147,14 @@ func (sc *Scanner) Scan(fn func(Record) error) (*ScanInfo, error) {
 				break // the torn tail: recovery ends the log here
 			}
 			info.Damaged++
+			cerr := corruptError(s.path, off, err)
 			if info.Damage == nil {
-				info.Damage = &Damage{Path: s.path, Offset: off, Position: pos, Err: corruptError(s.path, off, err)}
+				info.Damage = &Damage{Path: s.path, Offset: off, Position: pos, Err: cerr}
+			}
+			if fn != nil {
+				if err := fn(Record{Position: pos}, cerr); err != nil {
+					return info, err
+				}
 			}
 			// Go on after it if its header still reads, else at the
 			// next segment, whose first record starts at its base.
@@ -166,7 +175,7 @@ func (sc *Scanner) Scan(fn func(Record) error) (*ScanInfo, error) {
 		}
 		info.Records++
 		if fn != nil {
-			if err := fn(Record{Position: pos, StoredAt: h.timestamp, Payload: payload}); err != nil {
+			if err := fn(Record{Position: pos, StoredAt: h.timestamp, Payload: payload}, nil); err != nil {
 				return info, err
 			}
 		}

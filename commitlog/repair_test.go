@@ -86,8 +86,12 @@ func scanAll(t *testing.T, dir string) (*ScanInfo, []int64) {
 	}
 	defer sc.Close()
 	var got []int64
-	info, err := sc.Scan(func(r Record) error {
-		got = append(got, r.Position)
+	info, err := sc.Scan(func(r Record, damage error) error {
+		if damage == nil {
+			got = append(got, r.Position)
+		} else if !errors.Is(damage, ErrCorrupt) || r.Payload != nil {
+			t.Errorf("damage at %d reported as %v with %d bytes", r.Position, damage, len(r.Payload))
+		}
 		return nil
 	})
 	if err != nil {
