@@ -388,3 +388,71 @@ func TestRepairUnfinished(t *testing.T) {
 	r.Close()
 	c.start("n1", nil)
 }
+
+// The newest durable record is checked when the store opens: damage there
+// stops the start before raft's log is read, with the same error.
+func TestRepairNewestRecord(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	appendN(t, dial(t, c.nodes["n1"]), "r", 10)
+	dir := c.nodes["n1"].cfg.DataDir
+	c.stop("n1")
+	newest, pos := uint64(0), int64(-1)
+	if _, err := raftstore.Inspect(filepath.Join(dir, "store"), nil, func(g uint64, p int64, l *raft.Log) {
+		if p > pos {
+			newest, pos = l.Index, p
+		}
+	}); err != nil {
+		t.Fatal(err)
+	}
+	path, off := recordOf(t, dir, liveGroup, newest)
+	damageRecord(t, path, off)
+	err := c.startErr("n1")
+	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), fmt.Sprintf("%s at offset %d", path, off)) {
+		t.Fatalf("start: %v, want ErrDamaged naming %s offset %d", err, path, off)
+	}
+	r := prepareRepair(t, dir)
+	if r.Damage == nil || r.Damage.Offset != off || r.KeptLog.Last >= newest {
+		t.Fatalf("damage %+v, kept %v", r.Damage, r.KeptLog)
+	}
+	if err := r.Apply(true); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	c.start("n1", nil)
+}
+
+// A damaged record that holds an entry the node had deleted below its
+// floor is harmless: the node starts and serves every record, and repair
+// has nothing to do.
+func TestRepairHarmlessBelowFloor(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	n := c.nodes["n1"]
+	conn := dial(t, n)
+	idx := appendN(t, conn, "r", 50)
+	tr, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: idx[30]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitCaughtUp(t, n, tr.Index)
+	waitFor(t, "deletion below the floor", func() bool { return n.view.first() >= idx[30] })
+	want := readAll(t, n, false)
+	dir := n.cfg.DataDir
+	c.stop("n1")
+	// The entry is deleted, but its record stays in the one segment.
+	path, off := recordOf(t, dir, liveGroup, idx[10])
+	damageRecord(t, path, off)
+	before := treeSum(t, dir)
+	r := prepareRepair(t, dir)
+	var report strings.Builder
+	r.WriteReport(&report)
+	if r.Damage == nil || r.Damage.Offset != off || !r.Harmless || r.Needed() || !strings.Contains(report.String(), "nothing to repair") {
+		t.Fatalf("damage below the floor: harmless %v, needed %v\n%s", r.Harmless, r.Needed(), report.String())
+	}
+	r.Close()
+	if treeSum(t, dir) != before {
+		t.Fatal("PrepareRepair changed the data dir")
+	}
+	back := c.start("n1", nil)
+	c.waitLeader()
+	sameRecords(t, "after restart", readAll(t, back, false), want)
+}
