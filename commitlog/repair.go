@@ -73,8 +73,9 @@ func (s *ScanInfo) Locate(pos int64) (path string, offset int64) {
 // holds the directory's lock from NewScanner to Close, so the log cannot be
 // opened meanwhile. It is not safe for concurrent use.
 type Scanner struct {
-	dir string
-	f   *offlineLog // nil after Close
+	// f is the opened directory, nil after Close; owned by the caller,
+	// like the Scanner.
+	f *offlineLog
 }
 
 // NewScanner locks the log in dir and reads its checkpoint and segment
@@ -91,7 +92,7 @@ func NewScanner(dir string, opts *Options) (*Scanner, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Scanner{dir: dir, f: f}, nil
+	return &Scanner{f: f}, nil
 }
 
 // Meta returns the meta of the log's checkpoint (see
@@ -289,12 +290,13 @@ func Cut(dir string, opts *Options, at int64, meta []byte) error {
 	return nil
 }
 
-// offlineLog is a log directory opened by Scan or Cut: locked, its
-// checkpoint read and its segments mapped, nothing written.
+// offlineLog is a log directory opened by a Scanner or Cut: locked, its
+// checkpoint read and its segments mapped, nothing written. Its fields are
+// set by openOffline and read by its one user.
 type offlineLog struct {
-	lock io.Closer
-	cp   checkpoint
-	segs segmentList
+	lock io.Closer   // the directory's lock
+	cp   checkpoint  // the checkpoint; zero when there is none
+	segs segmentList // the segments, oldest first; nil after close
 }
 
 // openOffline locks dir and reads its checkpoint and segments, checking

@@ -45,7 +45,7 @@ type Inspection struct {
 	// Groups describes every group of the DB, in increasing order of id.
 	Groups []GroupInspection
 
-	stable stableState // the durable stable state
+	stable stableState // the durable stable state; set by Inspect, read-only after
 }
 
 // GroupInspection describes one group of an inspected DB.
@@ -185,7 +185,7 @@ func Inspect(dir string, opts *Options, each func(group uint64, pos int64, l *ra
 	return in, nil
 }
 
-// inspection is what inspectPass found.
+// inspection is what inspectPass found; Inspect, its caller, owns it.
 type inspection struct {
 	info    *commitlog.ScanInfo
 	now     *spanReplay // every intact record
@@ -352,7 +352,8 @@ func readStableOffline(o Options, dir string) (stableState, error) {
 type span struct{ first, last uint64 }
 
 // spanReplay replays records as recovery does (recover.go), keeping only
-// each group's range: a batch counts once its last entry is read.
+// each group's range: a batch counts once its last entry is read. It is
+// owned by the inspectPass that replays.
 type spanReplay struct {
 	spans        map[uint64]*span
 	pending      []indexPos // the entries of an unfinished batch
