@@ -63,7 +63,10 @@
 // names as the newest durable one is verified, and every read checks the
 // record's CRC: a bad record below the watermark is reported as ErrCorrupt
 // naming the segment file and offset, never dropped or returned. Verify
-// checks every record.
+// checks every record. With the log closed, a Scanner reads every record
+// without changing a byte and reports such damage, and Cut removes every
+// record from a position on, durably, for a layer above that can fetch
+// them again (repair.go).
 //
 // # Concurrency
 //

@@ -56,6 +56,14 @@
 // certificate's common name is in TLSConfig.Admins; other clients and the
 // nodes themselves (which may join themselves) get PermissionDenied.
 //
+// Data dir: a node holds an exclusive lock on its data dir while it runs
+// (datadir.go). A damaged durable record where it reads at start (raft's
+// log since the newest snapshot, the store's recovery) stops Start with
+// ErrDamaged naming the file and offset; PrepareRepair and Apply cut a
+// stopped node's log back before the damage, keeping its term and vote,
+// so that it catches up from the leader (repair.go), which is safe only
+// while a quorum of the other nodes holds what it loses.
+//
 // Concurrency: a Node serves any number of client connections, each
 // pipelining requests (package transport); Close may be called from any
 // goroutine and waits for every request to finish. The leader proposes

@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"net"
 	"net/http"
@@ -85,6 +86,7 @@ type Node struct {
 
 	closeOnce sync.Once
 	closeErr  error
+	dirLock   io.Closer // the data dir's lock (datadir.go); released last by close
 }
 
 // leaderStint is one period of leadership: one term. watchLeadership
@@ -148,9 +150,18 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("node: sync the data dir's parent: %w", err)
 		}
 	}
-	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{})}
+	lock, err := lockDataDir(c.DataDir)
+	if err != nil {
+		return nil, err
+	}
+	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{}), dirLock: lock}
 	n.marks = &markers{dir: c.DataDir}
+	if err := checkNoRepair(c.DataDir); err != nil {
+		lock.Close()
+		return nil, err
+	}
 	if err := n.checkNotRemoved(); err != nil {
+		lock.Close()
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -194,7 +205,7 @@ func (n *Node) start(ctx context.Context) (err error) {
 	}
 	n.db, err = raftstore.OpenDB(filepath.Join(c.DataDir, "store"), opts)
 	if err != nil {
-		return err
+		return damaged(c.DataDir, err)
 	}
 	if n.view, err = newLogView(n.db); err != nil {
 		return err
@@ -282,6 +293,9 @@ func (n *Node) startRaft() error {
 		return err
 	}
 	n.tr = tr
+	if err := n.checkRaftLog(); err != nil {
+		return err
+	}
 	existing, err := raft.HasExistingState(n.view.live, n.view.live, n.snap)
 	if err != nil {
 		return err
@@ -878,6 +892,7 @@ func (n *Node) close() error {
 			errs = append(errs, err)
 		}
 	}
+	n.dirLock.Close()
 	return errors.Join(errs...)
 }
 

@@ -74,6 +74,15 @@
 // reports true) for a service that installs snapshots itself through a
 // wrapper, as package node does.
 //
+// # Repair
+//
+// With the DB closed, Inspect reads every commit-log record, without
+// changing anything, to find the first damaged one (a durable record that
+// fails its checksum) and what a cut before it leaves of each group;
+// CutLog makes that cut, durably: every group keeps what it held before
+// the damaged record was written (repair.go). The stable state is never
+// touched.
+//
 // # What it does not do
 //
 // Segments of the commit log are removed only when no group needs them, so

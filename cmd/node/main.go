@@ -64,6 +64,7 @@ var commands = []command{
 	{"remove", "remove a node from the cluster", cmdRemove},
 	{"transfer", "hand leadership over to another node", cmdTransfer},
 	{"trim", "drop every record below an index", cmdTrim},
+	{"repair", "cut a stopped node's log back before a damaged record", cmdRepair},
 	{"demo", "run a local 3-node cluster and show what it does", cmdDemo},
 	{"bench", "measure append throughput and latency", cmdBench},
 	{"version", "print the version, commit and Go version of this binary", cmdVersion},

@@ -1,0 +1,368 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/commitlog"
+	"github.com/raftlog/raftlog/node"
+	"github.com/raftlog/raftlog/raftstore"
+)
+
+// damageEntry flips the last payload byte of the commit-log record that
+// holds raft entry index in a stopped node's data dir, and returns the
+// segment file and the record's offset in it.
+func damageEntry(t *testing.T, dataDir string, index uint64) (string, int64) {
+	t.Helper()
+	pos := int64(-1)
+	in, err := raftstore.Inspect(filepath.Join(dataDir, "store"), nil, func(g uint64, p int64, l *raft.Log) {
+		if g == 1 && l.Index == index { // group 1: raft's log (node.liveGroup)
+			pos = p
+		}
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pos < 0 {
+		t.Fatalf("%s holds no entry %d", dataDir, index)
+	}
+	path, off := in.Log.Locate(pos)
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var h [commitlog.HeaderSize]byte
+	if _, err := f.ReadAt(h[:], off); err != nil {
+		t.Fatal(err)
+	}
+	at := off + commitlog.HeaderSize + int64(binary.LittleEndian.Uint32(h[4:8])) - 1
+	b := []byte{0}
+	if _, err := f.ReadAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	b[0] ^= 0x5a
+	if _, err := f.WriteAt(b, at); err != nil {
+		t.Fatal(err)
+	}
+	return path, off
+}
+
+// dirSum hashes the names and contents of every file under dir.
+func dirSum(t *testing.T, dir string) string {
+	t.Helper()
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		b, err := os.ReadFile(path)
+		fmt.Fprintf(h, "%s %d\n", path, len(b))
+		h.Write(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", h.Sum(nil))
+}
+
+// fakeTerminal is a stdin that says it is a terminal.
+type fakeTerminal struct{ io.Reader }
+
+func (fakeTerminal) Stat() (os.FileInfo, error) { return ttyInfo{}, nil }
+
+// ttyInfo describes a character device.
+type ttyInfo struct{}
+
+func (ttyInfo) Name() string       { return "tty" }
+func (ttyInfo) Size() int64        { return 0 }
+func (ttyInfo) Mode() os.FileMode  { return os.ModeDevice | os.ModeCharDevice | 0o620 }
+func (ttyInfo) ModTime() time.Time { return time.Time{} }
+func (ttyInfo) IsDir() bool        { return false }
+func (ttyInfo) Sys() any           { return nil }
+
+// runRepair runs "node repair" args in this process with stdin.
+func runRepair(stdin io.Reader, args ...string) (stdout, stderr string, code int) {
+	e, out, errOut := testEnv(nil)
+	e.stdin = stdin
+	code = run(context.Background(), e, append([]string{"repair"}, args...))
+	return out.String(), errOut.String(), code
+}
+
+// TestRepairCommand runs repair against the data dirs of a local 3-node
+// cluster, one of them damaged: refused on a running node's dir, nothing
+// to do on a clean one, no change without a confirmation, repaired with
+// one.
+func TestRepairCommand(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	root := t.TempDir()
+	lc, err := startLocalCluster(ctx, root, node.FlushSync, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrs := strings.Join(lc.clientAddrs(), ",")
+	var last uint64
+	for i := range 3 {
+		out, errOut, code := runCmd(ctx, "append", "--addrs", addrs, fmt.Sprintf("a%d", i), fmt.Sprintf("b%d", i), fmt.Sprintf("c%d", i))
+		if code != 0 {
+			t.Fatalf("append: %s", errOut)
+		}
+		f := strings.Fields(out)
+		if last, err = strconv.ParseUint(f[len(f)-1], 10, 64); err != nil {
+			t.Fatalf("append printed %q", out)
+		}
+	}
+
+	// A running node's dir is refused, and left alone.
+	running := filepath.Join(root, "n2")
+	if _, errOut, code := runRepair(strings.NewReader(""), "--data-dir", running, "--yes"); code != 1 || !strings.Contains(errOut, "in use") {
+		t.Fatalf("repair of a running node's dir: exit %d, %s", code, errOut)
+	}
+	// Wait until every node holds the last record, then stop them.
+	for _, n := range lc.nodes {
+		deadline := time.Now().Add(30 * time.Second)
+		for n.Status().AppliedIndex < last {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not apply %d", n.ID(), last)
+			}
+			timer := time.NewTimer(10 * time.Millisecond)
+			<-timer.C
+		}
+	}
+	if err := lc.close(); err != nil {
+		t.Fatal(err)
+	}
+
+	if out, _, code := runRepair(nil); code != 2 || out != "" {
+		t.Fatalf("repair without --data-dir: exit %d", code)
+	}
+	clean := filepath.Join(root, "n1")
+	before := dirSum(t, clean)
+	out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", clean)
+	if code != 0 || !strings.Contains(out, "nothing to repair") || dirSum(t, clean) != before {
+		t.Fatalf("repair of a clean dir: exit %d\n%s%s", code, out, errOut)
+	}
+
+	damaged := filepath.Join(root, "n3")
+	path, off := damageEntry(t, damaged, last-4)
+	where := fmt.Sprintf("%s at offset %d", path, off)
+	copyOf := func(name string) string {
+		dir := filepath.Join(t.TempDir(), name)
+		if err := os.CopyFS(dir, os.DirFS(damaged)); err != nil {
+			t.Fatal(err)
+		}
+		return dir
+	}
+	for _, tc := range []struct {
+		name    string
+		stdin   io.Reader
+		args    []string
+		code    int
+		stderr  string
+		changed bool
+	}{
+		{"not a terminal", strings.NewReader("yes\n"), nil, 1, "give --yes", false},
+		{"declined", fakeTerminal{strings.NewReader("no\n")}, nil, 1, "not confirmed; nothing changed", false},
+		{"no answer", fakeTerminal{strings.NewReader("")}, nil, 1, "not confirmed; nothing changed", false},
+		{"confirmed", fakeTerminal{strings.NewReader("yes\n")}, nil, 0, "", true},
+		{"--yes", strings.NewReader(""), []string{"--yes"}, 0, "", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := copyOf(tc.name)
+			before := dirSum(t, dir)
+			out, errOut, code := runRepair(tc.stdin, append([]string{"--data-dir", dir}, tc.args...)...)
+			dirPath := strings.Replace(where, damaged, dir, 1)
+			if code != tc.code || !strings.Contains(errOut, tc.stderr) || !strings.Contains(out, "damaged record: "+dirPath) {
+				t.Fatalf("exit %d, want %d; stderr %q, want %q; stdout:\n%s", code, tc.code, errOut, tc.stderr, out)
+			}
+			if changed := dirSum(t, dir) != before; changed != tc.changed {
+				t.Fatalf("changed %v, want %v", changed, tc.changed)
+			}
+			if !tc.changed {
+				return
+			}
+			if !strings.Contains(out, "repaired "+dir) {
+				t.Fatalf("stdout:\n%s", out)
+			}
+			out, _, code = runRepair(strings.NewReader(""), "--data-dir", dir)
+			if code != 0 || !strings.Contains(out, "nothing to repair") {
+				t.Fatalf("repair again: exit %d\n%s", code, out)
+			}
+		})
+	}
+}
+
+// On a single-node cluster repair refuses without --accept-loss.
+func TestRepairCommandSingleNode(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	dir := t.TempDir()
+	cfg := node.Config{ID: "n1", DataDir: dir, RaftAddr: "127.0.0.1:0", ClientAddr: "127.0.0.1:0", Logger: hclog.NewNullLogger()}
+	cfg.Bootstrap = []node.Peer{{ID: "n1", RaftAddr: cfg.RaftAddr}}
+	n, err := node.Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var last uint64
+	for i := range 3 {
+		out, errOut, code := runCmd(ctx, "append", "--addrs", n.ClientAddr(), "--timeout", "30s", fmt.Sprint("r", i))
+		if code != 0 {
+			n.Close()
+			t.Fatalf("append: %s", errOut)
+		}
+		last, _ = strconv.ParseUint(strings.TrimSpace(out), 10, 64)
+	}
+	if err := n.Close(); err != nil {
+		t.Fatal(err)
+	}
+	damageEntry(t, dir, last)
+	before := dirSum(t, dir)
+	out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", dir, "--yes")
+	if code != 1 || !strings.Contains(errOut, "--accept-loss") || !strings.Contains(out, "single-node cluster") || dirSum(t, dir) != before {
+		t.Fatalf("repair of a single node without --accept-loss: exit %d\n%s%s", code, out, errOut)
+	}
+	if out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", dir, "--yes", "--accept-loss"); code != 0 {
+		t.Fatalf("repair with --accept-loss: exit %d\n%s%s", code, out, errOut)
+	}
+}
+
+// TestRepairProcesses is the operator's path through a damaged record on a
+// 3-node cluster of "node serve" processes: a follower whose log holds a
+// damaged record refuses to start, naming the file and offset; "node
+// repair --yes" cuts its log back; it starts, catches up from the leader,
+// and every acknowledged record is readable on it.
+func TestRepairProcesses(t *testing.T) {
+	h := newServeHarness(t)
+	var nodes []*procNode
+	var peers, clients []string
+	for i := 1; i <= 3; i++ {
+		n := &procNode{id: fmt.Sprintf("n%d", i), raft: freeAddr(t), client: freeAddr(t)}
+		n.dir = filepath.Join(h.dir, n.id)
+		n.log = filepath.Join(h.dir, n.id+".log")
+		nodes = append(nodes, n)
+		peers = append(peers, n.id+"="+n.raft)
+		clients = append(clients, n.client)
+	}
+	bootstrap := strings.Join(peers, ",")
+	addrs := strings.Join(clients, ",")
+	for _, n := range nodes {
+		h.start(n, "--bootstrap", bootstrap)
+	}
+	for _, n := range nodes {
+		h.waitStatus(n.client)
+	}
+	// Acknowledged records, in several appends (so several raft batches).
+	var acked []uint64
+	appendSome := func(prefix string, n int) {
+		t.Helper()
+		for i := range n {
+			args := []string{"append", "--addrs", addrs, "--timeout", "30s"}
+			for j := range 5 {
+				args = append(args, fmt.Sprintf("%s-%d-%d", prefix, i, j))
+			}
+			for _, f := range strings.Fields(h.mustCLI(args...)) {
+				idx, err := strconv.ParseUint(f, 10, 64)
+				if err != nil {
+					t.Fatalf("append printed %q", f)
+				}
+				acked = append(acked, idx)
+			}
+		}
+	}
+	appendSome("before", 8)
+	last := acked[len(acked)-1]
+
+	// n3 must hold the records before it stops, or there is nothing to
+	// damage: wait (bounded) until it has applied the last one.
+	victim := nodes[2]
+	waitApplied := func(n *procNode, index uint64) {
+		t.Helper()
+		for range 300 {
+			out, _, code := h.cli("status", "--addrs", n.client, "--json", "--timeout", "2s")
+			var rows []statusJSON
+			if code == 0 && json.Unmarshal([]byte(out), &rows) == nil {
+				for _, r := range rows {
+					if r.Addr == n.client && r.Applied >= index {
+						return
+					}
+				}
+			}
+			timer := time.NewTimer(200 * time.Millisecond)
+			<-timer.C
+		}
+		h.dumpLog(n)
+		t.Fatalf("%s did not apply index %d within a minute", n.id, index)
+	}
+	waitApplied(victim, last)
+	h.stop(victim)
+	path, off := damageEntry(t, victim.dir, acked[20])
+
+	// It refuses to start, naming the file and offset.
+	h.start(victim, "--bootstrap", bootstrap)
+	timer := time.NewTimer(exitWait)
+	select {
+	case <-victim.exited:
+		timer.Stop()
+	case <-timer.C:
+		h.dumpLog(victim)
+		t.Fatalf("%s with a damaged record did not exit within %v", victim.id, exitWait)
+	}
+	b, _ := os.ReadFile(victim.log)
+	if code := victim.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(b), fmt.Sprintf("%s at offset %d", path, off)) || !strings.Contains(string(b), "node repair") {
+		t.Fatalf("%s exited with status %d, want 1 and an error naming %s offset %d and node repair:\n%s", victim.id, code, path, off, b)
+	}
+
+	// The other two go on: a quorum of them holds every record n3 loses.
+	appendSome("while-down", 4)
+
+	// repair asks for a confirmation it cannot get without a terminal.
+	before := dirSum(t, victim.dir)
+	if out, errOut, code := h.cli("repair", "--data-dir", victim.dir); code != 1 || !strings.Contains(out, fmt.Sprintf("damaged record: %s at offset %d", path, off)) || !strings.Contains(errOut, "--yes") {
+		t.Fatalf("repair without --yes: exit %d\n%s%s", code, out, errOut)
+	}
+	if dirSum(t, victim.dir) != before {
+		t.Fatal("repair without a confirmation changed the data dir")
+	}
+	out := h.mustCLI("repair", "--data-dir", victim.dir, "--yes")
+	t.Logf("node repair:\n%s", out)
+
+	h.start(victim, "--bootstrap", bootstrap)
+	appendSome("after", 2)
+	last = acked[len(acked)-1]
+	waitApplied(victim, last)
+	// Every acknowledged record, read from n3 alone.
+	got := h.mustCLI("read", "--addrs", victim.client, "--stale", "--from", "1", "--max", "0")
+	idx, data := parseRecords(t, got)
+	have := map[uint64]bool{}
+	for _, i := range idx {
+		have[i] = true
+	}
+	for _, i := range acked {
+		if !have[i] {
+			t.Fatalf("acknowledged record %d is not readable on %s after the repair (it holds %d records)", i, victim.id, len(idx))
+		}
+	}
+	want := h.mustCLI("read", "--addrs", addrs, "--from", "1", "--max", "0")
+	if wantIdx, wantData := parseRecords(t, want); fmt.Sprint(wantIdx) != fmt.Sprint(idx) || strings.Join(wantData, "\n") != strings.Join(data, "\n") {
+		t.Fatalf("%s after the repair reads %d records, the cluster %d, or they differ", victim.id, len(idx), len(wantIdx))
+	}
+	for _, n := range nodes {
+		h.stop(n)
+	}
+}
