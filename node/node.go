@@ -153,6 +153,9 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	if err := n.checkNotRemoved(); err != nil {
 		return nil, err
 	}
+	if err := n.checkRestoreDone(); err != nil {
+		return nil, err
+	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.start(ctx); err != nil {
 		n.Close()
