@@ -45,7 +45,7 @@ import (
 // of the members run. A member started with an empty data dir and the same
 // --bootstrap list instead finds that the others ran a cluster, joins as a
 // new member and gets the records in a snapshot stream, as a node that lost
-// its data dir does.
+// its data dir does; so restoring a majority of the members is enough.
 //
 // Restore refuses a data dir that is not empty, and removes what it wrote
 // when the backup turns out damaged or a write fails. Until it is done, the

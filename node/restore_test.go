@@ -237,3 +237,41 @@ func TestUnfinishedRestoreRefused(t *testing.T) {
 		t.Fatalf("restore over an unfinished one: %v", err)
 	}
 }
+
+// Restored on a majority of the members, a backup is enough: a member
+// started with an empty data dir and the same bootstrap list finds that
+// the others run a cluster, joins, and gets the records from the leader.
+func TestRestoreMajorityThenJoin(t *testing.T) {
+	file, records, _, _ := syntheticBackup(t, 50)
+	c := &testCluster{t: t, dir: t.TempDir(), nodes: map[string]*Node{}, addrs: map[string][2]string{}}
+	t.Cleanup(c.closeAll)
+	raftAddrs, clientAddrs := freeAddrs(t, 3), freeAddrs(t, 3)
+	var peers []Peer
+	for i := range 3 {
+		id := fmt.Sprintf("n%d", i+1)
+		peers = append(peers, Peer{ID: id, RaftAddr: raftAddrs[i]})
+		c.addrs[id] = [2]string{raftAddrs[i], clientAddrs[i]}
+	}
+	for _, p := range peers[:2] {
+		if _, err := Restore(bytes.NewReader(file), RestoreConfig{ID: p.ID, DataDir: filepath.Join(c.dir, p.ID), Bootstrap: peers}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	c.cfg = func(cfg *Config) { cfg.Bootstrap = peers }
+	for _, p := range peers {
+		c.start(p.ID, nil)
+	}
+	c.waitVoter(c.nodes["n3"])
+	leader := c.waitLeader()
+	idx := appendN(t, dial(t, leader), "after", 1)
+	waitCaughtUp(t, c.nodes["n3"], idx[0])
+	got := readAll(t, c.nodes["n3"], true)
+	if len(got) != len(records)+1 {
+		t.Fatalf("n3 holds %d records, want %d", len(got), len(records)+1)
+	}
+	for _, r := range got[:len(records)] {
+		if !bytes.Equal(r.Data, records[r.Index]) {
+			t.Fatalf("n3 holds %q at %d, want %q", r.Data, r.Index, records[r.Index])
+		}
+	}
+}
