@@ -119,7 +119,8 @@ func (n *Node) backupPoint(applied uint64) (*snapFile, error) {
 	return files[0], nil
 }
 
-// backupItems cuts the bytes written to it into stream items.
+// backupItems cuts the bytes written to it into stream items. It belongs
+// to the goroutine serving the backup.
 type backupItems struct {
 	st  *transport.ServerStream
 	buf []byte // the next item; its capacity is the item size

@@ -35,6 +35,13 @@ func startProcCluster(t *testing.T, h *serveHarness, n int, prefix, restoreFrom 
 		clients = append(clients, p.client)
 	}
 	bootstrap := strings.Join(peers, ",")
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, p := range nodes {
+				h.dumpLog(p)
+			}
+		}
+	})
 	for _, p := range nodes {
 		if restoreFrom != "" {
 			out := h.mustCLI("restore", "--in", restoreFrom, "--id", p.id, "--data-dir", p.dir, "--bootstrap", bootstrap)
@@ -43,7 +50,7 @@ func startProcCluster(t *testing.T, h *serveHarness, n int, prefix, restoreFrom 
 		h.start(p, "--bootstrap", bootstrap)
 	}
 	for _, p := range nodes {
-		waitUntil(t, time.Minute, p.id+" answering status", func() bool {
+		waitUntil(t, 2*time.Minute, p.id+" answering status", func() bool {
 			out, _, code := h.cli("status", "--addrs", p.client, "--json", "--timeout", "2s")
 			return code == 0 && strings.Contains(out, `"node_id": "`+p.id+`"`)
 		})
@@ -119,6 +126,13 @@ func (l *clientLoad) halt() {
 	l.wg.Wait()
 }
 
+// failed reports whether an append failed.
+func (l *clientLoad) failed() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.errs) > 0
+}
+
 func (l *clientLoad) ackedSoFar() []transport.Record {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -162,13 +176,13 @@ func TestBackupRestoreProcesses(t *testing.T) {
 		t.Fatalf("append --stdin: %v: %s", err, out)
 	}
 	load := startClientLoad(t, oldAddrs, 4, 20000)
-	waitUntil(t, time.Minute, "200 load appends", func() bool { return len(load.ackedSoFar()) >= 200 })
+	waitUntil(t, 2*time.Minute, "200 load appends", func() bool { return len(load.ackedSoFar()) >= 200 || load.failed() })
 	before := load.ackedSoFar()
 	file := filepath.Join(h.dir, "cluster.backup")
 	out := h.mustCLI("backup", "--addrs", oldAddrs, "--out", file)
 	during := len(load.ackedSoFar()) - len(before)
 	n := len(load.ackedSoFar())
-	waitUntil(t, time.Minute, "appends after the backup", func() bool { return len(load.ackedSoFar()) >= n+20 })
+	waitUntil(t, 2*time.Minute, "appends after the backup", func() bool { return len(load.ackedSoFar()) >= n+20 || load.failed() })
 	load.halt()
 	t.Logf("%s(%d load appends acknowledged before the backup began, %d while it ran, %d in all)", out, len(before), during, len(load.ackedSoFar()))
 	if during == 0 {
@@ -203,6 +217,11 @@ func TestBackupRestoreProcesses(t *testing.T) {
 	}
 	if _, _, code := h.cli("backup", "--addrs", oldAddrs, "--out", file); code != 1 {
 		t.Fatalf("a backup over an existing file: exit status %d, want 1", code)
+	}
+	// To stdout, the report to stderr.
+	stdout, stderr, code := h.cli("backup", "--addrs", oldAddrs, "--out", "-")
+	if h2, _, err := backup.Verify(strings.NewReader(stdout)); code != 0 || err != nil || h2.Index < hdr.Index || !strings.HasPrefix(stderr, "backup of index") {
+		t.Fatalf("backup --out -: exit status %d, %v, index %d (first backup's %d), stderr %q", code, err, h2.Index, hdr.Index, stderr)
 	}
 
 	// The old cluster's records up to the backup's index.
@@ -273,7 +292,7 @@ func TestBackupRestoreProcesses(t *testing.T) {
 		t.Fatalf("append on the restored cluster: index %d (%v), want one past %d", idx, err, hdr.Index)
 	}
 	for _, p := range restored {
-		waitUntil(t, time.Minute, p.id+" holding the new append", func() bool {
+		waitUntil(t, 2*time.Minute, p.id+" holding the new append", func() bool {
 			out, _, code := h.cli("read", "--addrs", p.client, "--stale", "--from", strconv.FormatUint(idx, 10), "--timeout", "5s")
 			return code == 0 && out == fmt.Sprintf("%d\tafter the restore\n", idx)
 		})
