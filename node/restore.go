@@ -232,14 +232,18 @@ func undoRestore(dir string, existed bool, logger hclog.Logger) {
 // addresses forgotten), the entries' size by its byte ledger and the
 // number of client sessions.
 func restoredState(state []byte, hdr backup.Header) ([]byte, uint64, int, error) {
+	if len(state) > 0 && !knownStateVersion(state[0]) {
+		return nil, 0, 0, fmt.Errorf("node: restore: %w: the state machine's state in it has version %d; this node reads 1 to %d (a backup from a newer raftlog)",
+			backup.ErrUnsupportedVersion, state[0], stateVersion)
+	}
 	f := newFSM(nil, hclog.NewNullLogger())
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.decodeLocked(state); err != nil {
-		return nil, 0, 0, fmt.Errorf("node: restore: the backup's state: %w", err)
+		return nil, 0, 0, fmt.Errorf("node: restore: %w: the state machine's state in it: %v", backup.ErrCorrupt, err)
 	}
 	if f.floor != hdr.Floor {
-		return nil, 0, 0, fmt.Errorf("node: restore: the backup's state has floor %d, its header %d", f.floor, hdr.Floor)
+		return nil, 0, 0, fmt.Errorf("node: restore: %w: its state has floor %d, its header %d", backup.ErrCorrupt, f.floor, hdr.Floor)
 	}
 	f.members = map[string]string{}
 	return f.encodeLocked(), f.total - f.floorCum, len(f.sessions), nil
@@ -333,7 +337,7 @@ func storeBackup(br *backup.Reader, st *raftstore.Store, hdr backup.Header, want
 		return err
 	}
 	if ledger != want {
-		return fmt.Errorf("the backup's entries come to %d bytes, its state's ledger says %d: the state and the entries do not belong together", ledger, want)
+		return fmt.Errorf("%w: its entries come to %d bytes, its state's byte ledger says %d: the state and the entries do not belong together", backup.ErrCorrupt, ledger, want)
 	}
 	return nil
 }

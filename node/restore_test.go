@@ -159,6 +159,14 @@ func TestRestoreRefusals(t *testing.T) {
 	version := bytes.Clone(file)
 	binary.BigEndian.PutUint32(version[8:], 7)
 	binary.BigEndian.PutUint32(version[48:], crc32.Checksum(version[:48], crc32.MakeTable(crc32.Castagnoli)))
+	var newer bytes.Buffer // a state machine state of a version to come
+	w, err := backup.NewWriter(&newer, backup.Header{Index: 5, Term: 1, Floor: 1}, []byte{stateVersion + 1, 1, 2, 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
 	peers := []Peer{{ID: "n1", RaftAddr: "127.0.0.1:7001"}, {ID: "n2", RaftAddr: "127.0.0.1:7011"}}
 	for _, tc := range []struct {
 		name  string
@@ -173,7 +181,8 @@ func TestRestoreRefusals(t *testing.T) {
 		{"bit flip", flipped, true, "n1", backup.ErrCorrupt, "checksum"},
 		{"version", version, false, "n1", backup.ErrUnsupportedVersion, "format version 7"},
 		{"not a backup", []byte("SQLite format 3\x00 and so on, and so on, and so on, and on"), true, "n1", backup.ErrNotBackup, "RLBACKUP"},
-		{"state and entries differ", missing, true, "n2", nil, "do not belong together"},
+		{"state and entries differ", missing, true, "n2", backup.ErrCorrupt, "do not belong together"},
+		{"state version", newer.Bytes(), false, "n1", backup.ErrUnsupportedVersion, fmt.Sprintf("state in it has version %d", stateVersion+1)},
 		{"not a member", file, true, "n3", nil, "do not include this node (n3)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -202,7 +211,7 @@ func TestRestoreRefusals(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "precious"), []byte("keep me"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := Restore(bytes.NewReader(file), RestoreConfig{ID: "n1", DataDir: dir, Bootstrap: peers})
+	_, err = Restore(bytes.NewReader(file), RestoreConfig{ID: "n1", DataDir: dir, Bootstrap: peers})
 	if !errors.Is(err, ErrDataDirNotEmpty) || !strings.Contains(err.Error(), "precious") {
 		t.Fatalf("restore into a data dir that is not empty: %v", err)
 	}
