@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -37,9 +38,19 @@ import (
 // snapshot installed from a new leader, which replaces the node's
 // archive, can take entries away, and the stream then fails rather than
 // skip them.
+//
+// A client that stops taking the stream (a backup process stopped, or
+// writing to a stalled pipe) must not keep trimmed entries on disk for
+// ever, filling it: a backup that sends nothing for backupStallTimeout
+// gives its pin up. Trims then go ahead, and the backup fails if it later
+// misses an entry they deleted.
 
 // backupChunk is the most bytes of the file one stream item carries.
 const backupChunk = 1 << 20
+
+// backupStallTimeout is how long a backup may send nothing before it
+// gives up its pin.
+const backupStallTimeout = time.Minute
 
 // backup serves a Backup.
 func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
@@ -49,7 +60,9 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 	}
 	applied := n.fsm.applied.Load()
 	pin := n.snap.hold()
-	defer n.snap.release(pin)
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { n.snap.release(pin) }) }
+	defer release()
 	f, err := n.backupPoint(applied)
 	if err != nil {
 		return err
@@ -59,7 +72,23 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 	if lim, err := n.cfg.Limits.WithDefaults(); err == nil {
 		chunk = min(chunk, lim.MaxFrameSize/2)
 	}
-	out := &backupItems{st: st, buf: make([]byte, 0, chunk)}
+	stall := backupStallTimeout
+	if h := n.cfg.hooks; h != nil && h.backupStall > 0 {
+		stall = h.backupStall
+	}
+	var stalled atomic.Bool
+	watchdog := time.AfterFunc(stall, func() {
+		stalled.Store(true)
+		n.cfg.Logger.Warn("a backup sent nothing for a while: giving up its hold on trimmed entries; it fails if it then misses one",
+			"index", f.meta.Index, "stalled", stall)
+		release()
+	})
+	defer watchdog.Stop()
+	out := &backupItems{st: st, buf: make([]byte, 0, chunk), sent: func() {
+		if !stalled.Load() {
+			watchdog.Reset(stall)
+		}
+	}}
 	hdr := backup.Header{Index: f.meta.Index, Term: f.meta.Term, Floor: f.floor, Created: start}
 	w, err := backup.NewWriter(out, hdr, f.state)
 	if err != nil {
@@ -122,8 +151,9 @@ func (n *Node) backupPoint(applied uint64) (*snapFile, error) {
 // backupItems cuts the bytes written to it into stream items. It belongs
 // to the goroutine serving the backup.
 type backupItems struct {
-	st  *transport.ServerStream
-	buf []byte // the next item; its capacity is the item size
+	st   *transport.ServerStream
+	buf  []byte // the next item; its capacity is the item size
+	sent func() // called after each item is sent
 }
 
 // Write implements io.Writer.
@@ -150,6 +180,9 @@ func (w *backupItems) flush() error {
 	}
 	err := w.st.Send(&transport.BackupItem{Data: w.buf})
 	w.buf = w.buf[:0]
+	if err == nil {
+		w.sent()
+	}
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"io"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -336,5 +337,55 @@ func TestBackupRefusals(t *testing.T) {
 	}
 	if _, s, err := backup.Verify(bytes.NewReader(buf.Bytes())); err != nil || s.Entries < 3 {
 		t.Fatalf("the admin's backup: %+v, %v", s, err)
+	}
+}
+
+// appendBulk appends n records of 4 KiB, 100 to a request, and returns
+// the last index.
+func appendBulk(t *testing.T, conn *transport.Conn, n int) uint64 {
+	t.Helper()
+	var last uint64
+	for b := 0; b < n; b += 100 {
+		req := &transport.AppendRequest{}
+		for i := range min(100, n-b) {
+			req.Records = append(req.Records, bytes.Repeat([]byte{byte('a' + (b+i)%26)}, 4096))
+		}
+		resp, err := call[transport.AppendResponse](t, conn, transport.OpAppend, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		last = resp.Indexes[len(resp.Indexes)-1]
+	}
+	return last
+}
+
+// A backup whose client stops taking it gives its pin up after a while,
+// so that trims free the disk; it then fails, rather than skip an entry.
+func TestStalledBackupGivesUpItsPin(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.hooks = &testHooks{backupStall: 300 * time.Millisecond} })
+	leader := c.waitLeader()
+	conn := dial(t, leader)
+	last := appendBulk(t, conn, 2500) // about 10 MiB
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st := openBackup(t, ctx, dial(t, leader))
+	var file bytes.Buffer
+	var first transport.BackupItem
+	if err := st.Recv(&first); err != nil {
+		t.Fatal(err)
+	}
+	file.Write(first.Data)
+	// The client takes nothing more; a trim comes.
+	if _, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: last}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the trimmed entries deleted while a backup stalls", func() bool { return leader.view.first() >= last })
+	err := recvBackup(st, &file)
+	var te *transport.Error
+	if !errors.As(err, &te) || te.Code != transport.CodeUnavailable || !strings.Contains(te.Message, "no longer on node") {
+		t.Fatalf("the stalled backup, resumed after its entries were deleted: %v", err)
+	}
+	if _, _, err := backup.Verify(bytes.NewReader(file.Bytes())); !errors.Is(err, backup.ErrTruncated) {
+		t.Fatalf("what the failed backup sent: %v, want a truncated file", err)
 	}
 }

@@ -110,6 +110,8 @@ type testHooks struct {
 	leaderChange func(leader bool)
 	// transport, when set, wraps the node's raft transport.
 	transport func(raft.Transport) raft.Transport
+	// backupStall, when set, replaces backupStallTimeout (backup.go).
+	backupStall time.Duration
 }
 
 // Start opens the node's data dir, starts raft and the listeners, and

@@ -9,7 +9,9 @@ package transport
 // answers NotLeader. With TLS it is an admin operation.
 //
 // A backup forces a snapshot of the state and keeps the entries it copies
-// on disk until it ends, even if a trim drops them meanwhile.
+// on disk until it ends, even if a trim drops them meanwhile, unless the
+// client takes nothing for a minute: then trims go ahead, and the backup
+// fails if it misses an entry.
 type BackupRequest struct{}
 
 // Validate accepts every BackupRequest.
