@@ -129,7 +129,8 @@
 // are retried only when they certainly did not run: after NotLeader,
 // Unavailable or Busy replies, failures to connect and failed TLS
 // handshakes. A lost connection or a timeout after such a request was sent
-// is returned, as "outcome unknown".
+// is returned, as "outcome unknown". Backup is retried like a read until
+// the first bytes of the backup arrive, and not after.
 //
 // # Errors after retries
 //

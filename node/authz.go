@@ -29,8 +29,8 @@ import (
 //     speak for any member. Node certificates are membership credentials.
 //   - A client's identity is its certificate's subject common name (CN),
 //     for example "app1". The admin operations (Join for another node,
-//     Remove, TransferLeadership, Trim, and any op added later that is not
-//     listed as open below) need a client whose name is in
+//     Remove, TransferLeadership, Trim, Backup, and any op added later that
+//     is not listed as open below) need a client whose name is in
 //     TLSConfig.Admins (--tls-admins). Append, Read, Tail and Status need
 //     only what the client listener admits: a certificate from the CA with
 //     TLSConfig.ClientAuth, any TLS client without it. A refusal is a
@@ -158,6 +158,8 @@ func (n *Node) authorize(ctx context.Context, op transport.Op, req any) error {
 		what = "transfer leadership"
 	case *transport.TrimRequest:
 		what = "trim"
+	case *transport.BackupRequest:
+		what = "take a backup"
 	default:
 		what = "run " + op.String()
 	}

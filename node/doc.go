@@ -49,6 +49,13 @@
 // everything committed before the read began. A stale read is served by
 // any node from what it has applied.
 //
+// Backups (backup.go, restore.go): the leader streams the state as of one
+// snapshot's index, at least the commit index when the request came, and
+// every retained record up to it, in package backup's format, while
+// appends go on; entries a trim drops meanwhile stay on disk until the
+// backup ends. Restore writes, from a backup, the data dir of a member of a
+// new cluster, the records at their indexes and the client sessions kept.
+//
 // Who may do what (authz.go): without Config.TLS, every client may run
 // every operation. With it, the raft port takes only certificates that
 // name a node (the URI SAN NodeURI(id)), and joining another node,

@@ -57,8 +57,11 @@ func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *trans
 	if h.n.removed.Load() {
 		return h.n.removedError()
 	}
-	if r, ok := req.(*transport.TailRequest); ok {
+	switch r := req.(type) {
+	case *transport.TailRequest:
 		return h.n.tail(ctx, r, s)
+	case *transport.BackupRequest:
+		return h.n.backup(ctx, s)
 	}
 	return &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
 }

@@ -37,6 +37,9 @@ type logView struct {
 	// cache never serves deleted entries; nil means live itself. Set once
 	// before raft starts.
 	liveDeleter interface{ DeleteRange(min, max uint64) error }
+	// pins keep entries from deleteBelow while backups copy them
+	// (backup.go).
+	pins pinSet
 }
 
 // newLogView opens the live and archive groups of db, with the first
@@ -104,12 +107,19 @@ func (v *logView) liveStore() interface{ DeleteRange(min, max uint64) error } {
 }
 
 // deleteBelow deletes every entry below floor, and never one above upTo
-// (the index of a durable snapshot, which restart replays from).
+// (the index of a durable snapshot, which restart replays from), nor one
+// at or above a pin.
 func (v *logView) deleteBelow(floor, upTo uint64) error {
 	if floor <= 1 {
 		return nil
 	}
 	to := min(floor-1, upTo)
+	if p, ok := v.pins.lowest(); ok {
+		if p <= 1 {
+			return nil
+		}
+		to = min(to, p-1)
+	}
 	ar := v.archive.Load()
 	if first, last := bounds(ar); last != 0 && first <= to {
 		if err := ar.DeleteRange(first, min(to, last)); err != nil {

@@ -22,6 +22,8 @@ import (
 //	               ran without it (bootstrap.go)
 //	removed        removed from the cluster; the node refuses to start
 //	               (removed.go)
+//	restoring      a restore of a backup that has not finished; the node
+//	               refuses to start (restore.go)
 //
 // A marker is written to a temporary file, synced, renamed into place, and
 // the directory synced; removing one syncs the directory too.

@@ -112,6 +112,8 @@ type testHooks struct {
 	leaderChange func(leader bool)
 	// transport, when set, wraps the node's raft transport.
 	transport func(raft.Transport) raft.Transport
+	// backupStall, when set, replaces backupStallTimeout (backup.go).
+	backupStall time.Duration
 }
 
 // Start opens the node's data dir, starts raft and the listeners, and
@@ -162,6 +164,9 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if err := n.checkNotRemoved(); err != nil {
 		lock.Close()
+		return nil, err
+	}
+	if err := n.checkRestoreDone(); err != nil {
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())

@@ -45,6 +45,8 @@ func sampleMessages() []any {
 		&Error{Code: CodeNotLeader, Message: "not the leader", LeaderID: "n2", LeaderAddr: "10.0.0.2:7000"},
 		&Error{Code: CodeUnsupportedVersion, Version: 1},
 		&Credit{Items: 64},
+		&BackupRequest{},
+		&BackupItem{Data: []byte("RLBACKUP\x00\x00\x00\x01")},
 	}
 }
 

@@ -9,8 +9,8 @@ import (
 // Op names an operation. Its values are wire format.
 type Op uint16
 
-// Operations. Each names its request and response types; Tail is the one
-// streaming op.
+// Operations. Each names its request and response types; Tail and Backup
+// are the streaming ops.
 const (
 	// OpAppend appends records: AppendRequest, AppendResponse.
 	OpAppend Op = 1
@@ -30,6 +30,9 @@ const (
 	OpTransferLeadership Op = 7
 	// OpTrim drops records below an index: TrimRequest, TrimResponse.
 	OpTrim Op = 8
+	// OpBackup streams a backup of the log and the state (backup.go):
+	// BackupRequest, then BackupItem stream items.
+	OpBackup Op = 9
 )
 
 // Request is implemented by every request type. Serve decodes a request
@@ -76,6 +79,7 @@ var ops = [...]opInfo{
 	OpRemove:             opOf[RemoveRequest, *RemoveRequest, RemoveResponse]("Remove", false),
 	OpTransferLeadership: opOf[TransferLeadershipRequest, *TransferLeadershipRequest, TransferLeadershipResponse]("TransferLeadership", false),
 	OpTrim:               opOf[TrimRequest, *TrimRequest, TrimResponse]("Trim", false),
+	OpBackup:             opOf[BackupRequest, *BackupRequest, BackupItem]("Backup", true),
 }
 
 func (op Op) info() (opInfo, bool) {

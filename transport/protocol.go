@@ -58,16 +58,16 @@ package transport
 //	1 Request    client -> server   the op's request (AppendRequest, ...)
 //	2 Response   server -> client   the op's response; ends the request
 //	3 Error      server -> client   an Error; ends the request
-//	4 StreamItem server -> client   one item of a stream (TailItem)
+//	4 StreamItem server -> client   one item of a stream (TailItem, BackupItem)
 //	5 Credit     client -> server   a Credit: the stream may send N more items
 //	6 Cancel     client -> server   empty: stop the request with this id
 //
 // While the connection lives, every Request gets exactly one final frame,
 // Response or Error, even when it was cancelled; its id may be reused only
 // after that frame (the client in this package never reuses ids). A
-// streaming op (Tail) answers with any number of StreamItem frames before
-// its final frame; a stream that ends without an error ends with a Response
-// whose body is an empty map.
+// streaming op (Tail, Backup) answers with any number of StreamItem frames
+// before its final frame; a stream that ends without an error ends with a
+// Response whose body is an empty map.
 //
 // Flow control is by credit, counted in items: a stream starts with none, the
 // client sends Credit frames, and the server sends an item only while it holds

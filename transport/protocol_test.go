@@ -211,7 +211,7 @@ func TestNames(t *testing.T) {
 	if OpTransferLeadership.String() != "TransferLeadership" || Op(99).String() != "Op(99)" || Op(0).Valid() {
 		t.Fatal("op names")
 	}
-	if !OpTail.Streaming() || OpRead.Streaming() {
+	if !OpTail.Streaming() || !OpBackup.Streaming() || OpRead.Streaming() || OpBackup.String() != "Backup" {
 		t.Fatal("streaming ops")
 	}
 	if r, ok := NewRequest(OpJoin); !ok || reflect.TypeOf(r) != reflect.TypeFor[*JoinRequest]() {

@@ -1,0 +1,262 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/backup"
+	"github.com/raftlog/raftlog/transport"
+)
+
+// Backups (transport.OpBackup), served by the leader.
+//
+// A backup is the state machine's state as of one index and every retained
+// command entry up to that index, in the format of package backup. The
+// index is that of a snapshot the leader takes for the backup, after a
+// read index: it is at least the commit index when the request arrived, so
+// the backup holds every append acknowledged before, and the snapshot's
+// state is the one raft's FSM had at exactly that index. (A snapshot holds
+// only the state, so taking one costs little; when nothing was applied
+// since the newest one, the backup uses that.) The entries are read from
+// the node's log as they are sent, like a snapshot stream to a follower.
+//
+// Appends go on while a backup streams: they land after its index. A trim
+// may raise the floor meanwhile; the entries the backup still has to send
+// stay on disk because the backup pins them: deleteBelow keeps every entry
+// at or above the lowest pin (logview.go). The pin is taken, under the
+// snapshot store's lock, at the lowest index the node holds, before the
+// snapshot, so nothing the snapshot names can go between the two; once the
+// snapshot is known it moves up to the snapshot's floor. When the backup
+// ends, the deletions it held back are done. If the node stops leading
+// mid-stream the backup goes on (its entries are committed); only a
+// snapshot installed from a new leader, which replaces the node's
+// archive, can take entries away, and the stream then fails rather than
+// skip them.
+//
+// A client that stops taking the stream (a backup process stopped, or
+// writing to a stalled pipe) must not keep trimmed entries on disk for
+// ever, filling it: a backup that sends nothing for backupStallTimeout
+// gives its pin up. Trims then go ahead, and the backup fails if it later
+// misses an entry they deleted.
+
+// backupChunk is the most bytes of the file one stream item carries.
+const backupChunk = 1 << 20
+
+// backupStallTimeout is how long a backup may send nothing before it
+// gives up its pin.
+const backupStallTimeout = time.Minute
+
+// backup serves a Backup.
+func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
+	start := time.Now()
+	if _, err := n.linearize(ctx); err != nil {
+		return err
+	}
+	applied := n.fsm.applied.Load()
+	pin := n.snap.hold()
+	var releaseOnce sync.Once
+	release := func() { releaseOnce.Do(func() { n.snap.release(pin) }) }
+	defer release()
+	f, err := n.backupPoint(applied)
+	if err != nil {
+		return err
+	}
+	pin.raise(f.floor)
+	chunk := backupChunk
+	if lim, err := n.cfg.Limits.WithDefaults(); err == nil {
+		chunk = min(chunk, lim.MaxFrameSize/2)
+	}
+	stall := backupStallTimeout
+	if h := n.cfg.hooks; h != nil && h.backupStall > 0 {
+		stall = h.backupStall
+	}
+	var stalled atomic.Bool
+	watchdog := time.AfterFunc(stall, func() {
+		stalled.Store(true)
+		n.cfg.Logger.Warn("a backup sent nothing for a while: giving up its hold on trimmed entries; it fails if it then misses one",
+			"index", f.meta.Index, "stalled", stall)
+		release()
+	})
+	defer watchdog.Stop()
+	out := &backupItems{st: st, buf: make([]byte, 0, chunk), sent: func() {
+		if !stalled.Load() {
+			watchdog.Reset(stall)
+		}
+	}}
+	hdr := backup.Header{Index: f.meta.Index, Term: f.meta.Term, Floor: f.floor, Created: start}
+	w, err := backup.NewWriter(out, hdr, f.state)
+	if err != nil {
+		return err
+	}
+	var (
+		l      raft.Log
+		ledger uint64 // the entries' size as the state's byte ledger counts it
+	)
+	for idx := f.floor; idx <= f.meta.Index; idx++ {
+		if err := n.view.getLog(idx, &l); err != nil {
+			if errors.Is(err, raft.ErrLogNotFound) {
+				return &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf(
+					"backup of index %d: entry %d is no longer on node %s (a snapshot from a new leader replaced its log, or it was deleted after a trim); take the backup again", f.meta.Index, idx, n.cfg.ID)}
+			}
+			return fmt.Errorf("node: backup: read index %d: %w", idx, err)
+		}
+		if l.Type != raft.LogCommand {
+			continue
+		}
+		ledger += streamRecordSize(len(l.Data))
+		if err := w.Add(backup.Entry{Index: idx, Term: l.Term, AppendedAt: l.AppendedAt.UnixNano(), Data: l.Data}); err != nil {
+			return err
+		}
+	}
+	if ledger != f.recordBytes {
+		// The restored cluster could not send snapshots with such a state:
+		// their size comes from the ledger.
+		return fmt.Errorf("node: backup: the entries in [%d, %d] come to %d bytes, the state's ledger says %d", f.floor, f.meta.Index, ledger, f.recordBytes)
+	}
+	s, err := w.Close()
+	if err != nil {
+		return err
+	}
+	if err := out.flush(); err != nil {
+		return err
+	}
+	n.cfg.Logger.Info("backup sent", "index", hdr.Index, "term", hdr.Term, "floor", hdr.Floor,
+		"entries", s.Entries, "bytes", s.Size, "took", time.Since(start).Round(time.Millisecond))
+	return nil
+}
+
+// backupPoint takes a snapshot for a backup and returns the newest one,
+// which covers at least index applied.
+func (n *Node) backupPoint(applied uint64) (*snapFile, error) {
+	if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return nil, n.raftError(err)
+	}
+	files, err := n.snap.files()
+	if err != nil {
+		return nil, err
+	}
+	if len(files) == 0 || files[0].meta.Index < applied {
+		return nil, &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf(
+			"node %s has no snapshot at or past index %d to back up; try again", n.cfg.ID, applied)}
+	}
+	return files[0], nil
+}
+
+// backupItems cuts the bytes written to it into stream items. It belongs
+// to the goroutine serving the backup.
+type backupItems struct {
+	st   *transport.ServerStream
+	buf  []byte // the next item; its capacity is the item size
+	sent func() // called after each item is sent
+}
+
+// Write implements io.Writer.
+func (w *backupItems) Write(p []byte) (int, error) {
+	n := len(p)
+	for len(p) > 0 {
+		k := min(len(p), cap(w.buf)-len(w.buf))
+		w.buf = append(w.buf, p[:k]...)
+		p = p[k:]
+		if len(w.buf) == cap(w.buf) {
+			if err := w.flush(); err != nil {
+				return n - len(p), err
+			}
+		}
+	}
+	return n, nil
+}
+
+// flush sends what is buffered, if anything. Send encodes the item before
+// it returns, so the buffer is reused.
+func (w *backupItems) flush() error {
+	if len(w.buf) == 0 {
+		return nil
+	}
+	err := w.st.Send(&transport.BackupItem{Data: w.buf})
+	w.buf = w.buf[:0]
+	if err == nil {
+		w.sent()
+	}
+	return err
+}
+
+// pinSet holds the pins of the backups in progress.
+type pinSet struct {
+	mu   sync.Mutex
+	pins map[*logPin]struct{} // guarded by mu
+}
+
+// logPin keeps the entries at or above its index from deletion.
+type logPin struct {
+	set *pinSet
+	at  uint64 // guarded by set.mu
+}
+
+// add returns a pin at index at.
+func (s *pinSet) add(at uint64) *logPin {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.pins == nil {
+		s.pins = map[*logPin]struct{}{}
+	}
+	p := &logPin{set: s, at: at}
+	s.pins[p] = struct{}{}
+	return p
+}
+
+// lowest returns the lowest pin, and false when there is none.
+func (s *pinSet) lowest() (uint64, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var low uint64
+	found := false
+	for p := range s.pins {
+		if !found || p.at < low {
+			low, found = p.at, true
+		}
+	}
+	return low, found
+}
+
+// raise moves the pin up to index at: the entries below it may go.
+func (p *logPin) raise(at uint64) {
+	p.set.mu.Lock()
+	defer p.set.mu.Unlock()
+	p.at = max(p.at, at)
+}
+
+// drop removes the pin.
+func (p *logPin) drop() {
+	p.set.mu.Lock()
+	defer p.set.mu.Unlock()
+	delete(p.set.pins, p)
+}
+
+// hold pins every entry the node holds now. Taken under mu, so that no
+// deletion runs between reading the lowest index and pinning it.
+func (s *snapStore) hold() *logPin {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.view.pins.add(s.view.first())
+}
+
+// release drops pin and deletes the entries it kept that the newest
+// snapshot's floor no longer retains.
+func (s *snapStore) release(pin *logPin) {
+	pin.drop()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	files, err := s.files()
+	if err != nil || len(files) == 0 {
+		return // the next snapshot deletes them
+	}
+	if err := s.view.deleteBelow(files[0].floor, files[0].meta.Index); err != nil {
+		s.logger.Warn("deleting the trimmed entries a backup kept; the next snapshot does it", "error", err)
+	}
+}
