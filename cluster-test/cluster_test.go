@@ -35,9 +35,10 @@ const (
 
 // clusterConfig describes a cluster to start.
 type clusterConfig struct {
-	nodes  int    // 3 or 5
-	flush  string // "" (sync, the default) or "async"
-	faults bool   // start nodes with --fault-injection
+	nodes  int      // 3 or 5
+	flush  string   // "" (sync, the default) or "async"
+	faults bool     // start nodes with --fault-injection
+	args   []string // more flags for every node's serve
 }
 
 // cluster is a set of node processes started by one test. Its methods
@@ -263,6 +264,7 @@ func (m *member) start(join []string) error {
 	if c.cfg.faults {
 		args = append(args, "--fault-injection")
 	}
+	args = append(args, c.cfg.args...)
 	logf, err := os.OpenFile(m.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return err

@@ -3,6 +3,7 @@ package clustertest
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"sort"
 	"strings"
 	"testing"
@@ -133,4 +134,81 @@ func formatGaps(gaps []time.Duration) string {
 		parts = append(parts, fmt.Sprint(g.Round(time.Millisecond)))
 	}
 	return strings.Join(parts, " ")
+}
+
+// TestLeaderGoneCallsElection: when the leader's process dies, its raft
+// port refuses connections, and a follower calls an election at once
+// rather than waiting out its heartbeat timeout (node/leadergone.go). The
+// raft timeouts here are 5 s, so raft alone could not elect a new leader
+// sooner than 5 s after the kill; the test wants one before that, called
+// by a survivor (its metric says so), with no acknowledged append lost.
+func TestLeaderGoneCallsElection(t *testing.T) {
+	skipShort(t)
+	const timeout = 5 * time.Second
+	c := newCluster(t, clusterConfig{nodes: 3, args: []string{
+		"--heartbeat-timeout", timeout.String(), "--election-timeout", timeout.String(), "--leader-lease-timeout", timeout.String()}})
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	first, err := c.leader(ctx, healthyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := startWorkload(ctx, c, rec, workloadConfig{
+		duration:       2 * time.Minute,
+		retryAppenders: 2,
+		opsPerWorker:   100_000,
+		think:          3 * time.Millisecond,
+	}, 43)
+	if err != nil {
+		t.Fatalf("starting the workload: %v", err)
+	}
+	defer w.stop()
+	if err := rec.waitAcks(ctx, 100, healthyTimeout); err != nil {
+		t.Fatalf("no steady load: %v", err)
+	}
+	killed := time.Now()
+	at := rec.now()
+	if err := first.kill(); err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.leader(ctx, healthyTimeout)
+	if err != nil {
+		t.Fatalf("after SIGKILL of %s: %v", first.id, err)
+	}
+	elected := time.Since(killed)
+	if err := rec.waitAcks(ctx, rec.ackCount()+1, healthyTimeout); err != nil {
+		t.Fatalf("appends did not resume after SIGKILL of the leader %s: %v", first.id, err)
+	}
+	rec.addFault(faultEvent{Kind: string(faultKillLeader), Start: at, End: rec.now(), Detail: "SIGKILL leader " + first.id})
+	t.Logf("SIGKILL of leader %s; %s leads %v later (heartbeat timeout %v)", first.id, second.id, elected.Round(time.Millisecond), timeout)
+	if elected >= timeout {
+		t.Errorf("a new leader took %v after SIGKILL of the leader, not less than the heartbeat timeout %v: no survivor called an election when the leader's port refused connections",
+			elected.Round(time.Millisecond), timeout)
+	}
+	called := 0
+	for _, m := range c.members {
+		if m == first {
+			continue
+		}
+		body, err := m.admin(http.MethodGet, "/metrics")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(body), "\n") {
+			if v, ok := strings.CutPrefix(line, "raftlog_leader_gone_elections_total "); ok && v != "0" {
+				called++
+			}
+		}
+	}
+	if called == 0 {
+		t.Error("no survivor counts an election called for a gone leader (raftlog_leader_gone_elections_total)")
+	}
+	if err := first.restart(); err != nil {
+		t.Fatal(err)
+	}
+	w.stop()
+	verify(t, verification{c: c, rec: rec, w: w, seed: 43, what: "leader-gone run",
+		replay: "go test -run TestLeaderGoneCallsElection -v ./cluster-test/", faults: map[faultKind]int{faultKillLeader: 1},
+		checkTimeout: 2 * time.Minute})
 }

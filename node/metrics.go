@@ -47,6 +47,8 @@ import (
 //	                                           op, or for a connection) and reason: malformed, too_large,
 //	                                           busy, unsupported (transport.RefusalObserver), permission (authz.go)
 //	raftlog_peer_connections_refused_total{reason}  raft connections refused in the TLS handshake: not_a_node
+//	raftlog_leader_gone_elections_total        elections this node called because the leader's raft port refused
+//	                                           connections (leadergone.go)
 //	raftlog_raft_term, raftlog_raft_last_index, raftlog_raft_commit_index,
 //	raftlog_raft_applied_index, raftlog_raft_first_index, raftlog_raft_leader (1 when leading)
 //
@@ -85,6 +87,8 @@ type nodeMetrics struct {
 
 	refusedRequests *prometheus.CounterVec // by op and reason: refusedMalformed, refusedTooLarge, refusedBusy, refusedUnsupported, refusedPermission
 	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode
+
+	leaderGoneElections prometheus.Counter
 }
 
 var (
@@ -164,6 +168,7 @@ func newNodeMetrics() *nodeMetrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
 	m.refused = f("raftlog_client_connections_refused_total", "Client connections refused because MaxConns were open.")
+	m.leaderGoneElections = f("raftlog_leader_gone_elections_total", "Elections called because the leader's raft port refused connections.")
 	m.batch = h("raftlog_append_batch_records", "Records the leader proposed to raft together.", prometheus.ExponentialBuckets(1, 2, 10))
 	m.fsync = h("raftlog_store_fsync_duration_seconds", "Latency of commit-log fdatasync calls.", prometheus.ExponentialBuckets(25e-6, 2, 16))
 	m.perSync = h("raftlog_store_entries_per_fsync", "Records made durable by one fdatasync.", prometheus.ExponentialBuckets(1, 2, 14))

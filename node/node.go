@@ -246,8 +246,9 @@ func (n *Node) start(ctx context.Context) (err error) {
 	go n.watchLeadership()
 	go n.snapshotLoop()
 	go n.registerLoop()
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.spaceLoop()
+	go n.leaderGoneLoop()
 	switch {
 	case n.deciding.Load():
 		n.wg.Add(1)

@@ -104,6 +104,20 @@ func (g *voteGate) run() {
 	}
 }
 
+// timeoutNow hands raft a TimeoutNow request, as a leader transferring its
+// leadership sends one: raft campaigns at once (leadergone.go). It does not
+// wait for raft's answer.
+func (g *voteGate) timeoutNow() {
+	rpc := raft.RPC{
+		Command:  &raft.TimeoutNowRequest{RPCHeader: g.self},
+		RespChan: make(chan raft.RPCResponse, 1),
+	}
+	select {
+	case g.out <- rpc:
+	case <-g.done:
+	}
+}
+
 // SetHeartbeatHandler implements raft.Transport by installing nothing:
 // heartbeats reach raft through Consumer, and its main goroutine handles
 // them like every other RPC.

@@ -1,0 +1,130 @@
+package node
+
+import (
+	"errors"
+	"net"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/hashicorp/raft"
+)
+
+// When the leader's process dies (a crash, SIGKILL, an OOM kill) while its
+// host lives on, its raft port refuses connections at once, but raft's
+// followers notice only when no heartbeat has come for a heartbeat timeout
+// (700 ms by default, and up to twice that, randomized), and then elect:
+// appends stopped for about 1.6 s. Lower timeouts fail over faster, but
+// elect leaders nobody asked for on a busy host.
+//
+// So a voting follower that has heard nothing from its leader for three
+// heartbeat intervals (raft's heartbeat interval is a tenth of the
+// heartbeat timeout) dials the leader's raft address. A refused connection
+// means that nothing listens there any more: the process is gone. The
+// follower then calls an election at once, as a leadership transfer does:
+// it hands its raft a TimeoutNow, so raft campaigns without waiting for
+// its timeout and without a pre-vote, and the other voters grant their
+// votes although they have not timed the leader out yet. Elections decide
+// nothing about safety: a vote still goes only to a candidate whose log
+// holds everything the voter's does. An unreachable host, a partition or a
+// paused process refuses nothing, and the timeouts apply as before.
+//
+// The surviving voters all see the refusal at about the same time; if they
+// all campaigned at once, they could split the votes and wait out an
+// election timeout. So they take turns: the voters other than the leader,
+// by id, each one leadergoneStagger after the one before, and a voter
+// whose turn comes after a new leader has been heard from does nothing.
+
+// leadergoneStagger is how long a surviving voter waits per voter before
+// it in id order before it calls the election.
+const leadergoneStagger = 150 * time.Millisecond
+
+// leaderGone is the state of the watch: the leader found gone, and when.
+type leaderGone struct {
+	id    raft.ServerID
+	addr  raft.ServerAddress
+	since time.Time
+	term  uint64 // the term the election was called in; 0 while not called
+}
+
+// leaderGoneLoop watches for a dead leader while the node follows; see
+// above.
+func (n *Node) leaderGoneLoop() {
+	defer n.wg.Done()
+	every := max(n.cfg.HeartbeatTimeout/10, 10*time.Millisecond)
+	t := time.NewTicker(every)
+	defer t.Stop()
+	var (
+		gone       *leaderGone
+		leaderID   raft.ServerID      // the leader last heard of
+		leaderAddr raft.ServerAddress // and its raft address
+	)
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		r := n.raft
+		if addr, id := r.LeaderWithID(); id != "" {
+			leaderAddr, leaderID = addr, id
+		}
+		if r.State() != raft.Follower || time.Since(r.LastContact()) < 3*every || leaderID == "" || !n.gate.allowed.Load() {
+			gone = nil
+			continue
+		}
+		if gone == nil || gone.id != leaderID {
+			if !refusesConnections(string(leaderAddr), every) {
+				continue
+			}
+			gone = &leaderGone{id: leaderID, addr: leaderAddr, since: time.Now()}
+		}
+		if gone.term != 0 {
+			continue // called already; raft's timeouts take over if it failed
+		}
+		rank, voter := n.survivorRank(gone.id)
+		if !voter || time.Since(gone.since) < time.Duration(rank)*leadergoneStagger {
+			continue
+		}
+		gone.term = r.CurrentTerm()
+		n.metrics.leaderGoneElections.Inc()
+		n.cfg.Logger.Warn("the leader's raft port refuses connections: its process is gone; calling an election now",
+			"leader", gone.id, "addr", gone.addr, "silent_for", time.Since(r.LastContact()).Round(time.Millisecond))
+		n.gate.timeoutNow()
+	}
+}
+
+// refusesConnections reports whether a TCP connection to addr is refused:
+// the host answered that nothing listens on the port.
+func refusesConnections(addr string, timeout time.Duration) bool {
+	c, err := net.DialTimeout("tcp", addr, timeout)
+	if err == nil {
+		c.Close()
+		return false
+	}
+	return errors.Is(err, syscall.ECONNREFUSED)
+}
+
+// survivorRank returns the node's place, from 0, among the voters of its
+// latest configuration other than leader, by id; false when the node is
+// not one of them.
+func (n *Node) survivorRank(leader raft.ServerID) (int, bool) {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0, false
+	}
+	var ids []string
+	self := false
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage != raft.Voter || s.ID == leader {
+			continue
+		}
+		ids = append(ids, string(s.ID))
+		self = self || string(s.ID) == n.cfg.ID
+	}
+	if !self {
+		return 0, false
+	}
+	slices.Sort(ids)
+	return slices.Index(ids, n.cfg.ID), true
+}
