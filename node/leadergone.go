@@ -58,6 +58,7 @@ func (n *Node) leaderGoneLoop() {
 		gone       *leaderGone
 		leaderID   raft.ServerID      // the leader last heard of
 		leaderAddr raft.ServerAddress // and its raft address
+		nextDial   time.Time          // no dial before: a slow leader is not dialled every tick
 	)
 	for {
 		select {
@@ -74,7 +75,11 @@ func (n *Node) leaderGoneLoop() {
 			continue
 		}
 		if gone == nil || gone.id != leaderID {
+			if time.Now().Before(nextDial) {
+				continue
+			}
 			if !refusesConnections(string(leaderAddr), every) {
+				nextDial = time.Now().Add(5 * every)
 				continue
 			}
 			gone = &leaderGone{id: leaderID, addr: leaderAddr, since: time.Now()}
