@@ -82,6 +82,10 @@ type Log struct {
 	lastRecord  int64           // mu: position of the last record written, -1 if none
 	lastTS      int64           // mu: its store timestamp
 	records     uint64          // mu: records written since Open
+	// writeAhead reads the active segment's pages in ahead of stores
+	// through the mapping (WriteMmap), which would otherwise fault them in
+	// one at a time (readahead.go); mu.
+	writeAhead window
 
 	// cpMu serialises checkpoint writes.
 	cpMu     sync.Mutex
@@ -361,6 +365,11 @@ func (l *Log) Write(payloads [][]byte) (positions []int64, end int64, err error)
 		l.segs.Store(&list)
 		l.rollTo(segs[len(segs)-1])
 	}
+	if l.opts.WritePath == WriteMmap {
+		if off, n := l.writeAhead.next(end-l.active.base, l.active.size); n > 0 {
+			l.active.willNeed(off, n)
+		}
+	}
 	l.lastRecord = positions[len(positions)-1]
 	l.lastTS = ts
 	l.records += uint64(len(payloads))
@@ -378,6 +387,7 @@ func (l *Log) rollTo(s *segment) {
 	old := l.active
 	l.active = s
 	l.activeSince = time.Now()
+	l.writeAhead = window{}
 	if old.locked {
 		old.m.Unlock(0, int(old.size))
 		old.locked = false
@@ -555,9 +565,12 @@ func (l *Log) Read(pos int64) (Record, error) {
 		return Record{}, fmt.Errorf("%w: %d is below the first retained position %d", ErrNotFound, pos, l.First())
 	}
 	defer s.release()
-	rec, _, err := readAt(s, pos, w)
+	rec, next, err := readAt(s, pos, w)
 	if err == nil && rec.Payload == nil {
 		return Record{}, fmt.Errorf("%w: %d holds a filler", ErrInvalidPosition, pos)
+	}
+	if err == nil {
+		s.readAhead(pos-s.base, next-s.base, s.writtenLimit(w))
 	}
 	return rec, err
 }
@@ -593,6 +606,7 @@ type Iterator struct {
 	l   *Log
 	pos int64
 	seg *segment // held while not nil
+	ra  window   // read-ahead in seg (readahead.go)
 }
 
 // NewIterator returns an iterator positioned at from, which must be the
@@ -626,12 +640,16 @@ func (it *Iterator) Next() (Record, error) {
 				it.seg.release()
 			}
 			it.seg = l.holdSegment(it.pos)
+			it.ra = window{}
 			if it.seg == nil {
 				if err := l.closedErr(); err != nil {
 					return Record{}, err
 				}
 				return Record{}, fmt.Errorf("%w: %d is outside the retained log", ErrNotFound, it.pos)
 			}
+		}
+		if off, n := it.ra.next(it.pos-it.seg.base, it.seg.writtenLimit(w)); n > 0 {
+			it.seg.willNeed(off, n)
 		}
 		rec, next, err := readAt(it.seg, it.pos, w)
 		if err != nil {

@@ -86,6 +86,10 @@ func (l *Log) recover() error {
 	// filler or a short gap at the end of a segment is crossed only when a
 	// record follows it.
 	pos, end, lastRecord, lastTS, n := w, w, c.lastRecord, c.timestamp, 0
+	var (
+		raSeg *segment
+		ra    window
+	)
 	for {
 		s := list.find(pos)
 		if s == nil {
@@ -109,6 +113,15 @@ func (l *Log) recover() error {
 		pos += recordSize(int(h.length))
 		end = pos
 		n++
+		// A tail to scan: read ahead of the scan (readahead.go). Not
+		// before the first record, so that a clean open reads nothing
+		// past the end.
+		if s != raSeg {
+			raSeg, ra = s, window{}
+		}
+		if from, size := ra.next(pos-s.base, s.size); size > 0 {
+			s.willNeed(from, size)
+		}
 	}
 	l.info = RecoveryInfo{Crashed: crashed || end != w, ScannedFrom: w, End: end, Records: n}
 
