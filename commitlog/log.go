@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,16 +31,36 @@ type Record struct {
 	Payload []byte
 }
 
-// RecoveryInfo describes what Open found.
+// RecoveryInfo describes what Open found and did, for a log of what
+// recovery did (raftstore logs it).
 type RecoveryInfo struct {
+	// New is true when Open created the log: the directory held no
+	// segment.
+	New bool
 	// Crashed is true when the log was not closed cleanly last time.
 	Crashed bool
+	// Checkpoint is the sequence number of the checkpoint Open started
+	// from (see checkpoint.go); 0 for a new log.
+	Checkpoint uint64
 	// ScannedFrom is the checkpointed durable position the scan began at.
 	ScannedFrom int64
 	// End is the end of the valid log found by the scan.
 	End int64
 	// Records is the number of records found past ScannedFrom.
 	Records int
+	// Stop says why the scan ended at End: what is wrong with the bytes
+	// there ("no record magic" for space never written, "checksum
+	// mismatch" for a record torn by a crash, ...), or "" when it reached
+	// the end of the last segment. After a crash, whatever lay from End on
+	// is cut off: appends overwrite it.
+	Stop string
+	// Torn is true when the scan stopped at a record whose header is whole
+	// but whose bytes are not (a checksum mismatch, or a length past the
+	// end of its segment): a record a crash tore, cut off with the rest.
+	Torn bool
+	// Removed lists the files Open removed: segments a crash left half
+	// prepared (*.tmp) and segments past the end of the log.
+	Removed []string
 }
 
 // tail describes the end of the written log; writers publish a new one
@@ -181,8 +202,12 @@ func Open(dir string, opts *Options) (*Log, error) {
 // Dir returns the directory of the log.
 func (l *Log) Dir() string { return l.dir }
 
-// Recovery describes what Open found.
-func (l *Log) Recovery() RecoveryInfo { return l.info }
+// Recovery describes what Open found and did.
+func (l *Log) Recovery() RecoveryInfo {
+	info := l.info
+	info.Removed = slices.Clone(info.Removed)
+	return info
+}
 
 // Meta returns the meta stored with the checkpoint Open read (see
 // Options.CheckpointMeta), or nil.

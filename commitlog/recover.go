@@ -1,6 +1,7 @@
 package commitlog
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,6 +30,7 @@ func (l *Log) recover() error {
 	}
 	l.cp = cpFile
 	crashed := false
+	var removed []string
 	var list segmentList
 	for _, name := range names {
 		switch {
@@ -39,6 +41,7 @@ func (l *Log) recover() error {
 			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
 				return fmt.Errorf("commitlog: remove %s: %w", filepath.Join(l.dir, name), err)
 			}
+			removed = append(removed, filepath.Join(l.dir, name))
 		case len(name) == segmentNameLen:
 			base, ok := parseSegmentName(name)
 			if !ok {
@@ -58,6 +61,7 @@ func (l *Log) recover() error {
 		if found && c.flushed > 0 {
 			return fmt.Errorf("%w: checkpoint %s says %d bytes are durable but %s holds no segment", ErrCorrupt, l.cp.path, c.flushed, l.dir)
 		}
+		l.info = RecoveryInfo{New: true, Removed: removed}
 		return l.initFresh()
 	}
 	if !found {
@@ -89,6 +93,8 @@ func (l *Log) recover() error {
 	var (
 		raSeg *segment
 		ra    window
+		stop  string
+		torn  bool
 	)
 	for {
 		s := list.find(pos)
@@ -102,7 +108,11 @@ func (l *Log) recover() error {
 			continue
 		}
 		h, _, err := decodeRecord(s.data[off:], pos, room)
-		if err != nil || (pos >= c.epochStart && h.epoch != c.epoch) || h.epoch > c.epoch {
+		if err == nil && ((pos >= c.epochStart && h.epoch != c.epoch) || h.epoch > c.epoch) {
+			err = fmt.Errorf("record of epoch %d where the log is in epoch %d", h.epoch, c.epoch)
+		}
+		if err != nil {
+			stop, torn = err.Error(), errors.Is(err, errChecksum) || errors.Is(err, errLength)
 			break
 		}
 		if h.kind == kindFiller {
@@ -123,7 +133,7 @@ func (l *Log) recover() error {
 			s.willNeed(from, size)
 		}
 	}
-	l.info = RecoveryInfo{Crashed: crashed || end != w, ScannedFrom: w, End: end, Records: n}
+	l.info = RecoveryInfo{Crashed: crashed || end != w, Checkpoint: c.seq, ScannedFrom: w, End: end, Records: n, Stop: stop, Torn: torn, Removed: removed}
 
 	// The active segment holds end (or ends at it when full). Keep the one
 	// after it as the prepared next segment; anything further is debris
@@ -142,6 +152,9 @@ func (l *Log) recover() error {
 	if ai+1 < len(list) {
 		l.spares = []*segment{list[ai+1]}
 		if ai+2 < len(list) {
+			for _, s := range list[ai+2:] {
+				l.info.Removed = append(l.info.Removed, s.path)
+			}
 			l.dropSegments(list[ai+2:])
 			if err := l.fs.SyncDir(l.dir); err != nil {
 				return fmt.Errorf("commitlog: sync directory %s: %w", l.dir, err)
