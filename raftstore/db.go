@@ -72,11 +72,19 @@ type DB struct {
 	failure atomic.Pointer[error]
 }
 
-// OpenDB opens (or creates) a DB in dir, recovering it after a crash.
+// OpenDB opens (or creates) a DB in dir, recovering it after a crash. It
+// refuses, with ErrBoltDBFound, to open a DB that holds no raft state next
+// to a raft-boltdb store (see Options.IgnoreBoltDB).
 func OpenDB(dir string, opts *Options) (*DB, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	var bolt string
+	if !o.IgnoreBoltDB {
+		if bolt = findBoltDB(o.FS, dir); bolt != "" && hasNoLog(o.FS, dir) {
+			return nil, boltDBError(bolt, dir) // before creating anything
+		}
 	}
 	if err := o.FS.MkdirAll(filepath.Join(dir, indexDirName), 0o755); err != nil {
 		return nil, fmt.Errorf("raftstore: create %s: %w", dir, err)
@@ -101,6 +109,10 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	db.ready.Store(true)
+	if bolt != "" && !db.holdsState() {
+		db.Close()
+		return nil, boltDBError(bolt, dir)
+	}
 	return db, nil
 }
 

@@ -66,6 +66,11 @@ type Options struct {
 	// a batch the crash cut short removed and the index slots rebuilt per
 	// group. Default: nothing is logged (hclog.NewNullLogger).
 	Logger hclog.Logger
+	// IgnoreBoltDB opens a DB that holds no raft state even when a
+	// raft-boltdb store (raft.db) lies in its directory or the directory's
+	// parent, instead of refusing with ErrBoltDBFound: set it to open the
+	// destination of Migrate, or when starting afresh is what you want.
+	IgnoreBoltDB bool
 }
 
 func (o *Options) withDefaults() (Options, error) {
