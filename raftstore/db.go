@@ -117,7 +117,9 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 }
 
 // Store returns the store of one raft group, creating the group on first
-// use. The group is remembered across restarts once Store returns.
+// use. The group is remembered across restarts once Store returns. A
+// group that a Migrate began to fill and did not finish is refused with
+// ErrMigrationIncomplete.
 func (db *DB) Store(group uint64) (*Store, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -125,6 +127,9 @@ func (db *DB) Store(group uint64) (*Store, error) {
 		return nil, ErrClosed
 	}
 	if s, ok := db.groups[group]; ok {
+		if err := db.checkMigrated(group); err != nil {
+			return nil, err
+		}
 		return s, nil
 	}
 	if len(db.groups) >= maxGroups {
@@ -256,6 +261,17 @@ func (db *DB) fail(err error) error {
 // setStable writes a stable key (see stableFile.set) unless the DB is
 // closed or has failed, and latches a failed write as the DB's failure.
 func (db *DB) setStable(group uint64, key, val []byte) error {
+	return db.writeStable(func() error { return db.stable.set(group, key, val) })
+}
+
+// removeStable deletes a stable key as setStable writes one.
+func (db *DB) removeStable(group uint64, key []byte) error {
+	return db.writeStable(func() error { return db.stable.remove(group, key) })
+}
+
+// writeStable runs a write of the stable state unless the DB is closed or
+// has failed, and latches a failure of the write as the DB's failure.
+func (db *DB) writeStable(write func() error) error {
 	db.stableMu.RLock()
 	defer db.stableMu.RUnlock()
 	if db.closed.Load() {
@@ -264,7 +280,7 @@ func (db *DB) setStable(group uint64, key, val []byte) error {
 	if err := db.Err(); err != nil {
 		return err
 	}
-	if err := db.stable.set(group, key, val); err != nil {
+	if err := write(); err != nil {
 		if errors.Is(err, ErrClosed) {
 			return err
 		}
