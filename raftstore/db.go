@@ -92,6 +92,9 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 	db := &DB{dir: dir, opts: o, fs: o.FS, groups: map[uint64]*Store{}}
 	db.m = newMetricsSink(o.MetricsPrefix)
 	db.m.tee, db.m.off = o.Metrics, o.NoGoMetrics
+	if o.goMetrics != nil {
+		db.m.gm = o.goMetrics
+	}
 	if db.stable, err = openStable(o.FS, dir); err != nil {
 		return nil, err
 	}

@@ -71,6 +71,9 @@ type Options struct {
 	// parent, instead of refusing with ErrBoltDBFound: set it to open the
 	// destination of Migrate, or when starting afresh is what you want.
 	IgnoreBoltDB bool
+
+	// goMetrics replaces go-metrics' global functions; for tests.
+	goMetrics goMetrics
 }
 
 func (o *Options) withDefaults() (Options, error) {
