@@ -196,7 +196,8 @@ func (db *DB) openGroup(group uint64) (*Store, error) {
 
 // Close writes a final checkpoint and closes the commit log and every
 // index, once the writes in progress (StoreLogs, DeleteRange, Set) have
-// returned. Afterwards every method of the DB and of its stores that
+// returned. Call it after the raft of every group has shut down
+// (raft.Shutdown().Error() returned). Afterwards every method of the DB and of its stores that
 // returns an error returns ErrClosed, except Err, which still reports a
 // failure; Groups returns nil, Stats zero Stats and Store.PinnedBytes 0.
 func (db *DB) Close() error {

@@ -53,8 +53,8 @@ type Store struct {
 	pin atomic.Int64
 }
 
-// Open opens the store in dir: a DB with one group. Closing the Store
-// closes the DB.
+// Open opens (or creates) the store in dir: group 0 of a DB of its own
+// (OpenDB, then DB.Store(0)). Closing the Store closes the DB.
 func Open(dir string, opts *Options) (*Store, error) {
 	db, err := OpenDB(dir, opts)
 	if err != nil {
@@ -73,8 +73,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 func (s *Store) Group() uint64 { return s.group }
 
 // Close closes the DB of a Store returned by Open (see DB.Close for what
-// calls return afterwards). For a Store from a DB it does nothing but
-// return ErrClosed once the DB is closed: close the DB.
+// calls return afterwards). Call it after raft has shut down
+// (raft.Shutdown().Error() returned): raft calls the store until then.
+// For a Store from a DB it does nothing but return ErrClosed once the DB
+// is closed: close the DB.
 func (s *Store) Close() error {
 	if s.own {
 		return s.db.Close()
