@@ -48,6 +48,10 @@ type window struct {
 
 // next returns the range to ask for once a reader has read up to pos, or
 // n == 0 when the window ahead is still large enough. It advances w.
+// Less than raMinWindow up to limit (the end of what is written) is not
+// asked for: a reader that close behind the writer reads pages the writes
+// left in the page cache, and asking for a few pages at a time would cost
+// a system call every few records.
 func (w *window) next(pos, limit int64) (off, n int64) {
 	if pos+w.size/2 < w.end {
 		return 0, 0
@@ -58,11 +62,10 @@ func (w *window) next(pos, limit int64) (off, n int64) {
 	}
 	from := max(w.end, pos)
 	to := min(from+size, limit)
-	w.size = size
-	if from >= to {
+	if to-from < min(size, raMinWindow) {
 		return 0, 0
 	}
-	w.end = to
+	w.size, w.end = size, to
 	return from, to - from
 }
 
