@@ -79,7 +79,7 @@ func (f *indexFile) store(i uint64, pos int64) {
 // a sequential reader (raft catching a follower up, a client reading the
 // log in order) would otherwise fault its slots in one page at a time.
 func (f *indexFile) readAheadAll() {
-	if !f.readAhead.Load() && f.readAhead.CompareAndSwap(false, true) {
+	if f.readAhead.CompareAndSwap(false, true) {
 		f.m.Advise(0, indexFileSize, mmap.WillNeed)
 	}
 }

@@ -44,8 +44,9 @@ type Store struct {
 	first  atomic.Uint64 // 0 when the group holds no entries
 	last   atomic.Uint64 // 0 when the group holds no entries
 	commit atomic.Uint64 // the persisted commit index
-	// nextGet is the index after the last GetLog's: a GetLog of it reads
-	// in order, and reads its index file ahead (indexFile.readAheadAll).
+	// nextGet is the index after the last GetLog's in an index file not
+	// yet read ahead: a GetLog of it reads in order, and reads its index
+	// file ahead (indexFile.readAheadAll).
 	nextGet atomic.Uint64
 	// pin is the commit-log end when the first batch of an empty group
 	// began, or -1: until the batch sets first, it keeps releaseSegments
@@ -140,7 +141,7 @@ func (s *Store) GetLog(index uint64, out *raft.Log) error {
 	if f == nil {
 		return fmt.Errorf("%w: group %d has no index file for %d (first %d, last %d)", ErrCorrupt, s.group, index, first, last)
 	}
-	if s.nextGet.Swap(index+1) == index {
+	if !f.readAhead.Load() && s.nextGet.Swap(index+1) == index {
 		f.readAheadAll()
 	}
 	pos := f.load(index)
