@@ -19,7 +19,7 @@ import (
 var termKey = []byte("CurrentTerm")
 
 // filledWorkloads are the workloads that run on a filled store.
-var filledWorkloads = []string{wGetLog, wDeleteHead, wDeleteTail, wReopen, wDisk}
+var filledWorkloads = []string{wGetLog, wDeleteHead, wDeleteTail, wReopen, wDisk, wCold}
 
 // runFilled runs workloads 2 to 6: every round, each store in a rotating
 // order is filled in a fresh directory and put through the selected
@@ -94,6 +94,7 @@ func (f *filled) run(ctx context.Context) (err error) {
 		{wDisk, func(context.Context) (measurement, error) { return f.disk(fill) }},
 		{wGetLog, f.getLog},
 		{wReopen, f.reopen},
+		{wCold, f.coldOpen},
 		{wDeleteTail, f.deleteTail},
 		{wDeleteHead, f.deleteHead},
 	}
@@ -101,14 +102,20 @@ func (f *filled) run(ctx context.Context) (err error) {
 		if !f.cfg.only[st.workload] {
 			continue
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		runs := 1
+		if st.workload == wCold {
+			runs = f.cfg.coldRuns
 		}
-		m, err := st.run(ctx)
-		if err != nil {
-			return fmt.Errorf("%s: %w", st.workload, err)
+		for range runs {
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			m, err := st.run(ctx)
+			if err != nil {
+				return fmt.Errorf("%s: %w", st.workload, err)
+			}
+			f.res.add(rowKey{st.workload, "", f.kind.key}, m)
 		}
-		f.res.add(rowKey{st.workload, "", f.kind.key}, m)
 	}
 	return nil
 }

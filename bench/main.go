@@ -3,8 +3,8 @@
 // raft.LogStore and raft.StableStore interfaces that hashicorp/raft calls.
 //
 // It measures StoreLogs throughput and latency, random GetLog, prefix and
-// suffix DeleteRange, reopening, the bytes on disk and many raft groups
-// appending at once (multi-raft), runs every case
+// suffix DeleteRange, reopening with a warm and with a cold page cache, the
+// bytes on disk and many raft groups appending at once (multi-raft), runs every case
 // -rounds times with the stores in a rotating order, and prints the
 // medians as Markdown tables, each with the ratio to raft-wal. See
 // README.md for the workloads and flags.
@@ -52,6 +52,8 @@ type config struct {
 	deleteTail int           // entries the suffix DeleteRange removes
 	groups     []int         // group counts of workload 7
 	compact    bool          // workload 7's groups compact their logs as raft does
+	cold       string        // how workload 8 empties the page cache: coldFadvise or coldDrop
+	coldRuns   int           // cold reopens per round in workload 8
 	only       map[string]bool
 	stores     []storeKind
 	seed       uint64
@@ -122,6 +124,9 @@ func parseFlags(args []string) (*config, error) {
 	fs.StringVar(&groups, "groups", "8,16,64", "comma-separated raft group `counts` of workload 7")
 	fs.BoolVar(&cfg.compact, "compact", false, "in workload 7, each group compacts its log as raft's defaults do (every 8,192 entries, keeping 10,240)")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of payloads and random indexes")
+	fs.StringVar(&cfg.cold, "cold", coldFadvise, "how workload 8 (coldopen) empties the page cache: "+coldFadvise+
+		" (the store's files only, posix_fadvise DONTNEED) or "+coldDrop+" (the whole machine's caches, root only)")
+	fs.IntVar(&cfg.coldRuns, "coldruns", 3, "cold reopens per round in workload 8 (coldopen)")
 	fs.StringVar(&only, "only", "all", "comma-separated `workloads` to run: "+strings.Join(workloadKeys(), ", ")+
 		fmt.Sprintf(" (or 1-%d)", len(workloadKeys())))
 	fs.StringVar(&stores, "stores", "all", "comma-separated `stores` to run: "+storeKeys())
@@ -178,13 +183,17 @@ func (c *config) validate() error {
 		return fmt.Errorf("-head must be in [1, %d)", c.entries)
 	case c.deleteTail < 1 || c.deleteTail >= c.entries:
 		return fmt.Errorf("-tail must be in [1, %d)", c.entries)
+	case c.cold != coldFadvise && c.cold != coldDrop:
+		return fmt.Errorf("-cold must be %s or %s", coldFadvise, coldDrop)
+	case c.coldRuns < 1:
+		return errors.New("-coldruns must be at least 1")
 	}
 	return nil
 }
 
 // workloadKeys lists the names -only accepts, in report order.
 func workloadKeys() []string {
-	return []string{wStoreLogs, wGetLog, wDeleteHead, wDeleteTail, wReopen, wDisk, wGroups}
+	return []string{wStoreLogs, wGetLog, wDeleteHead, wDeleteTail, wReopen, wDisk, wGroups, wCold}
 }
 
 // parseGroups parses -groups: a comma-separated list of group counts.

@@ -25,6 +25,9 @@ const (
 	mFiles      = "files"
 	mFsyncs     = "fsyncs/call"
 	mElapsed    = "elapsed"
+	mGetMid     = "GetLog(middle)"
+	mSeqGets    = "sequential gets"
+	mCachedPre  = "cached before open"
 )
 
 // measurement is one round's figures for one row, by metric name.
@@ -87,6 +90,7 @@ const (
 	wReopen     = "reopen"
 	wDisk       = "disk"
 	wGroups     = "groups"
+	wCold       = "coldopen"
 )
 
 // workloads lists every workload; cfg supplies the sizes for the notes.
@@ -173,7 +177,38 @@ func workloads(cfg *config) []workload {
 			title: "Many raft groups on one commit log",
 			note:  groupsNote(cfg),
 		},
+		{
+			key:   wCold,
+			title: "Reopen with a cold page cache",
+			note: "Close the store of " + fill + ", sync its files and evict them from the page cache (" + coldNote(cfg) +
+				"), then open it until FirstIndex and LastIndex return; then GetLog(last), which raft does first on start, " +
+				"GetLog(middle) of the entry half way between first and last, and " + fmtCount(coldSeqGets) +
+				" GetLogs in order after it, as a follower catching up is sent. " +
+				fmt.Sprintf("%d cold reopens per round; medians over all of them. ", cfg.coldRuns) +
+				"\"cached\" is what mincore found of the store's files in the page cache before the open (should be 0).",
+			columns: []column{
+				{"cached", mCachedPre, fmtBytes},
+				{"open + First/LastIndex", mOpen, fmtSeconds},
+				{"GetLog(last)", mFirstGet, fmtSeconds},
+				{"GetLog(middle)", mGetMid, fmtSeconds},
+				{fmtCount(coldSeqGets) + " GetLogs in order", mSeqGets, fmtSeconds},
+			},
+			ratios: []ratio{
+				{"open ÷ raft-wal", mOpen},
+				{"GetLog(last) ÷ raft-wal", mFirstGet},
+				{"GetLog(middle) ÷ raft-wal", mGetMid},
+				{"in order ÷ raft-wal", mSeqGets},
+			},
+		},
 	}
+}
+
+// coldNote says how workload 8 empties the page cache.
+func coldNote(cfg *config) string {
+	if cfg.cold == coldDrop {
+		return "echo 3 > /proc/sys/vm/drop_caches: the whole machine's page cache, dentries and inodes"
+	}
+	return "posix_fadvise DONTNEED on each of its files; directories stay cached"
 }
 
 // printTable writes w's results as a Markdown table: one row per case and

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"reflect"
 	"slices"
 	"testing"
 	"time"
@@ -104,7 +105,7 @@ func testCallsAfterClose(t *testing.T, wp WritePath) {
 		if got := l.Dir(); got != dir {
 			t.Errorf("Dir after Close = %q", got)
 		}
-		if got := l.Recovery(); got != info {
+		if got := l.Recovery(); !reflect.DeepEqual(got, info) {
 			t.Errorf("Recovery after Close = %+v, want %+v", got, info)
 		}
 		_ = l.Meta()

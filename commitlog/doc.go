@@ -18,6 +18,13 @@
 // at most one segment ahead of its data. Segments that DeleteBefore removes
 // are recycled as later segments once no reader holds them (recycle.go).
 //
+// Reads copy from the mappings, which are advised for random access: the
+// first read of a record that is not in the page cache reads its pages,
+// not a read-ahead window of up to read_ahead_kb around them, so opening a
+// cold log and reading one record from it cost a few small reads. Readers
+// that go forward (an Iterator, the recovery scan, and Reads that follow
+// one another) ask the kernel for what comes next (readahead.go).
+//
 // # Durability
 //
 // With SyncFlush (the default) Append and AppendBatch return only after a

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,16 +31,36 @@ type Record struct {
 	Payload []byte
 }
 
-// RecoveryInfo describes what Open found.
+// RecoveryInfo describes what Open found and did, for a log of what
+// recovery did (raftstore logs it).
 type RecoveryInfo struct {
+	// New is true when Open created the log: the directory held no
+	// segment.
+	New bool
 	// Crashed is true when the log was not closed cleanly last time.
 	Crashed bool
+	// Checkpoint is the sequence number of the checkpoint Open started
+	// from (see checkpoint.go); 0 for a new log.
+	Checkpoint uint64
 	// ScannedFrom is the checkpointed durable position the scan began at.
 	ScannedFrom int64
 	// End is the end of the valid log found by the scan.
 	End int64
 	// Records is the number of records found past ScannedFrom.
 	Records int
+	// Stop says why the scan ended at End: what is wrong with the bytes
+	// there ("no record magic" for space never written, "checksum
+	// mismatch" for a record torn by a crash, ...), or "" when it reached
+	// the end of the last segment. After a crash, whatever lay from End on
+	// is cut off: appends overwrite it.
+	Stop string
+	// Torn is true when the scan stopped at a record whose header is whole
+	// but whose bytes are not (a checksum mismatch, or a length past the
+	// end of its segment): a record a crash tore, cut off with the rest.
+	Torn bool
+	// Removed lists the files Open removed: segments a crash left half
+	// prepared (*.tmp) and segments past the end of the log.
+	Removed []string
 }
 
 // tail describes the end of the written log; writers publish a new one
@@ -82,6 +103,10 @@ type Log struct {
 	lastRecord  int64           // mu: position of the last record written, -1 if none
 	lastTS      int64           // mu: its store timestamp
 	records     uint64          // mu: records written since Open
+	// writeAhead reads the active segment's pages in ahead of stores
+	// through the mapping (WriteMmap), which would otherwise fault them in
+	// one at a time (readahead.go); mu.
+	writeAhead window
 
 	// cpMu serialises checkpoint writes.
 	cpMu     sync.Mutex
@@ -177,8 +202,12 @@ func Open(dir string, opts *Options) (*Log, error) {
 // Dir returns the directory of the log.
 func (l *Log) Dir() string { return l.dir }
 
-// Recovery describes what Open found.
-func (l *Log) Recovery() RecoveryInfo { return l.info }
+// Recovery describes what Open found and did.
+func (l *Log) Recovery() RecoveryInfo {
+	info := l.info
+	info.Removed = slices.Clone(info.Removed)
+	return info
+}
 
 // Meta returns the meta stored with the checkpoint Open read (see
 // Options.CheckpointMeta), or nil.
@@ -361,6 +390,11 @@ func (l *Log) Write(payloads [][]byte) (positions []int64, end int64, err error)
 		l.segs.Store(&list)
 		l.rollTo(segs[len(segs)-1])
 	}
+	if l.opts.WritePath == WriteMmap {
+		if off, n := l.writeAhead.next(end-l.active.base, l.active.size); n > 0 {
+			l.active.willNeed(off, n)
+		}
+	}
 	l.lastRecord = positions[len(positions)-1]
 	l.lastTS = ts
 	l.records += uint64(len(payloads))
@@ -378,6 +412,7 @@ func (l *Log) rollTo(s *segment) {
 	old := l.active
 	l.active = s
 	l.activeSince = time.Now()
+	l.writeAhead = window{}
 	if old.locked {
 		old.m.Unlock(0, int(old.size))
 		old.locked = false
@@ -555,9 +590,12 @@ func (l *Log) Read(pos int64) (Record, error) {
 		return Record{}, fmt.Errorf("%w: %d is below the first retained position %d", ErrNotFound, pos, l.First())
 	}
 	defer s.release()
-	rec, _, err := readAt(s, pos, w)
+	rec, next, err := readAt(s, pos, w)
 	if err == nil && rec.Payload == nil {
 		return Record{}, fmt.Errorf("%w: %d holds a filler", ErrInvalidPosition, pos)
+	}
+	if err == nil {
+		s.readAhead(pos-s.base, next-s.base, s.writtenLimit(w))
 	}
 	return rec, err
 }
@@ -593,6 +631,7 @@ type Iterator struct {
 	l   *Log
 	pos int64
 	seg *segment // held while not nil
+	ra  window   // read-ahead in seg (readahead.go)
 }
 
 // NewIterator returns an iterator positioned at from, which must be the
@@ -626,12 +665,16 @@ func (it *Iterator) Next() (Record, error) {
 				it.seg.release()
 			}
 			it.seg = l.holdSegment(it.pos)
+			it.ra = window{}
 			if it.seg == nil {
 				if err := l.closedErr(); err != nil {
 					return Record{}, err
 				}
 				return Record{}, fmt.Errorf("%w: %d is outside the retained log", ErrNotFound, it.pos)
 			}
+		}
+		if off, n := it.ra.next(it.pos-it.seg.base, it.seg.writtenLimit(w)); n > 0 {
+			it.seg.willNeed(off, n)
 		}
 		rec, next, err := readAt(it.seg, it.pos, w)
 		if err != nil {

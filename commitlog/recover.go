@@ -1,6 +1,7 @@
 package commitlog
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -29,6 +30,7 @@ func (l *Log) recover() error {
 	}
 	l.cp = cpFile
 	crashed := false
+	var removed []string
 	var list segmentList
 	for _, name := range names {
 		switch {
@@ -39,6 +41,7 @@ func (l *Log) recover() error {
 			if err := l.fs.Remove(filepath.Join(l.dir, name)); err != nil {
 				return fmt.Errorf("commitlog: remove %s: %w", filepath.Join(l.dir, name), err)
 			}
+			removed = append(removed, filepath.Join(l.dir, name))
 		case len(name) == segmentNameLen:
 			base, ok := parseSegmentName(name)
 			if !ok {
@@ -58,6 +61,7 @@ func (l *Log) recover() error {
 		if found && c.flushed > 0 {
 			return fmt.Errorf("%w: checkpoint %s says %d bytes are durable but %s holds no segment", ErrCorrupt, l.cp.path, c.flushed, l.dir)
 		}
+		l.info = RecoveryInfo{New: true, Removed: removed}
 		return l.initFresh()
 	}
 	if !found {
@@ -86,6 +90,12 @@ func (l *Log) recover() error {
 	// filler or a short gap at the end of a segment is crossed only when a
 	// record follows it.
 	pos, end, lastRecord, lastTS, n := w, w, c.lastRecord, c.timestamp, 0
+	var (
+		raSeg *segment
+		ra    window
+		stop  string
+		torn  bool
+	)
 	for {
 		s := list.find(pos)
 		if s == nil {
@@ -98,7 +108,11 @@ func (l *Log) recover() error {
 			continue
 		}
 		h, _, err := decodeRecord(s.data[off:], pos, room)
-		if err != nil || (pos >= c.epochStart && h.epoch != c.epoch) || h.epoch > c.epoch {
+		if err == nil && ((pos >= c.epochStart && h.epoch != c.epoch) || h.epoch > c.epoch) {
+			err = fmt.Errorf("record of epoch %d where the log is in epoch %d", h.epoch, c.epoch)
+		}
+		if err != nil {
+			stop, torn = err.Error(), errors.Is(err, errChecksum) || errors.Is(err, errLength)
 			break
 		}
 		if h.kind == kindFiller {
@@ -109,8 +123,17 @@ func (l *Log) recover() error {
 		pos += recordSize(int(h.length))
 		end = pos
 		n++
+		// A tail to scan: read ahead of the scan (readahead.go). Not
+		// before the first record, so that a clean open reads nothing
+		// past the end.
+		if s != raSeg {
+			raSeg, ra = s, window{}
+		}
+		if from, size := ra.next(pos-s.base, s.size); size > 0 {
+			s.willNeed(from, size)
+		}
 	}
-	l.info = RecoveryInfo{Crashed: crashed || end != w, ScannedFrom: w, End: end, Records: n}
+	l.info = RecoveryInfo{Crashed: crashed || end != w, Checkpoint: c.seq, ScannedFrom: w, End: end, Records: n, Stop: stop, Torn: torn, Removed: removed}
 
 	// The active segment holds end (or ends at it when full). Keep the one
 	// after it as the prepared next segment; anything further is debris
@@ -129,6 +152,9 @@ func (l *Log) recover() error {
 	if ai+1 < len(list) {
 		l.spares = []*segment{list[ai+1]}
 		if ai+2 < len(list) {
+			for _, s := range list[ai+2:] {
+				l.info.Removed = append(l.info.Removed, s.path)
+			}
 			l.dropSegments(list[ai+2:])
 			if err := l.fs.SyncDir(l.dir); err != nil {
 				return fmt.Errorf("commitlog: sync directory %s: %w", l.dir, err)

@@ -77,6 +77,7 @@ func (l *Log) takeRecycled(base int64) *segment {
 		l.fs.Remove(r.tmpPath)
 		return nil
 	}
+	// The mapping keeps the advice it was given when it was created.
 	s := &segment{base: base, size: r.size, path: path, file: r.file, m: r.m, data: r.data}
 	s.refs.Store(1)
 	return s

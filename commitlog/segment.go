@@ -59,6 +59,10 @@ type segment struct {
 
 	// locked is true while the mapping is mlocked; owned by the log's mu.
 	locked bool
+
+	// ra follows the sequential readers among Read's callers
+	// (readahead.go); its fields are atomic hints.
+	ra readStreams
 }
 
 // end returns the logical offset just past the segment.
@@ -134,6 +138,7 @@ func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*s
 	}
 	s := &segment{base: base, size: size, path: path, file: f, m: m, data: m.Bytes()}
 	s.refs.Store(1)
+	s.adviseRandom()
 	if warm {
 		// Touch one byte per page so that the page tables and page cache
 		// entries exist before the first append. The bytes are zero in a
@@ -178,6 +183,7 @@ func openSegment(fs vfs.FS, path string, base int64) (*segment, error) {
 	}
 	s := &segment{base: base, size: size, path: path, file: f, m: m, data: m.Bytes()}
 	s.refs.Store(1)
+	s.adviseRandom()
 	return s, nil
 }
 

@@ -72,11 +72,19 @@ type DB struct {
 	failure atomic.Pointer[error]
 }
 
-// OpenDB opens (or creates) a DB in dir, recovering it after a crash.
+// OpenDB opens (or creates) a DB in dir, recovering it after a crash. It
+// refuses, with ErrBoltDBFound, to open a DB that holds no raft state next
+// to a raft-boltdb store (see Options.IgnoreBoltDB).
 func OpenDB(dir string, opts *Options) (*DB, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
 		return nil, err
+	}
+	var bolt string
+	if !o.IgnoreBoltDB {
+		if bolt = findBoltDB(o.FS, dir); bolt != "" && hasNoLog(o.FS, dir) {
+			return nil, boltDBError(bolt, dir) // before creating anything
+		}
 	}
 	if err := o.FS.MkdirAll(filepath.Join(dir, indexDirName), 0o755); err != nil {
 		return nil, fmt.Errorf("raftstore: create %s: %w", dir, err)
@@ -84,6 +92,9 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 	db := &DB{dir: dir, opts: o, fs: o.FS, groups: map[uint64]*Store{}}
 	db.m = newMetricsSink(o.MetricsPrefix)
 	db.m.tee, db.m.off = o.Metrics, o.NoGoMetrics
+	if o.goMetrics != nil {
+		db.m.gm = o.goMetrics
+	}
 	if db.stable, err = openStable(o.FS, dir); err != nil {
 		return nil, err
 	}
@@ -101,11 +112,17 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	db.ready.Store(true)
+	if bolt != "" && !db.holdsState() {
+		db.Close()
+		return nil, boltDBError(bolt, dir)
+	}
 	return db, nil
 }
 
 // Store returns the store of one raft group, creating the group on first
-// use. The group is remembered across restarts once Store returns.
+// use. The group is remembered across restarts once Store returns. A
+// group that a Migrate began to fill and did not finish is refused with
+// ErrMigrationIncomplete.
 func (db *DB) Store(group uint64) (*Store, error) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -113,6 +130,9 @@ func (db *DB) Store(group uint64) (*Store, error) {
 		return nil, ErrClosed
 	}
 	if s, ok := db.groups[group]; ok {
+		if err := db.checkMigrated(group); err != nil {
+			return nil, err
+		}
 		return s, nil
 	}
 	if len(db.groups) >= maxGroups {
@@ -176,7 +196,8 @@ func (db *DB) openGroup(group uint64) (*Store, error) {
 
 // Close writes a final checkpoint and closes the commit log and every
 // index, once the writes in progress (StoreLogs, DeleteRange, Set) have
-// returned. Afterwards every method of the DB and of its stores that
+// returned. Call it after the raft of every group has shut down
+// (raft.Shutdown().Error() returned). Afterwards every method of the DB and of its stores that
 // returns an error returns ErrClosed, except Err, which still reports a
 // failure; Groups returns nil, Stats zero Stats and Store.PinnedBytes 0.
 func (db *DB) Close() error {
@@ -244,6 +265,17 @@ func (db *DB) fail(err error) error {
 // setStable writes a stable key (see stableFile.set) unless the DB is
 // closed or has failed, and latches a failed write as the DB's failure.
 func (db *DB) setStable(group uint64, key, val []byte) error {
+	return db.writeStable(func() error { return db.stable.set(group, key, val) })
+}
+
+// removeStable deletes a stable key as setStable writes one.
+func (db *DB) removeStable(group uint64, key []byte) error {
+	return db.writeStable(func() error { return db.stable.remove(group, key) })
+}
+
+// writeStable runs a write of the stable state unless the DB is closed or
+// has failed, and latches a failure of the write as the DB's failure.
+func (db *DB) writeStable(write func() error) error {
 	db.stableMu.RLock()
 	defer db.stableMu.RUnlock()
 	if db.closed.Load() {
@@ -252,7 +284,7 @@ func (db *DB) setStable(group uint64, key, val []byte) error {
 	if err := db.Err(); err != nil {
 		return err
 	}
-	if err := db.stable.set(group, key, val); err != nil {
+	if err := write(); err != nil {
 		if errors.Is(err, ErrClosed) {
 			return err
 		}

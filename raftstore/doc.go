@@ -5,6 +5,40 @@
 // gives a store of its own, and a DB (OpenDB) shares one commit log, and
 // so one group commit, between many raft groups.
 //
+// A Store from Open is group 0 of a DB of its own: Open(dir) is
+// OpenDB(dir) then DB.Store(0), and closing that Store closes the DB. The
+// same directory opened later with OpenDB holds the log as group 0, next
+// to any groups added.
+//
+// # Using it with raft
+//
+// Give the one Store to raft.NewRaft as both its LogStore and its
+// StableStore. Close it after raft has shut down, once
+// raft.Shutdown().Error() has returned: until then raft's goroutines call
+// the store, and a call after Close fails with ErrClosed (raft panics
+// when it cannot store a term). With a DB, shut down every group's raft
+// before DB.Close.
+//
+// Opening a DB that holds no raft state next to a raft-boltdb store (a
+// raft.db in its directory or the parent) fails with ErrBoltDBFound rather
+// than starting raft on an empty log: copy the old store in with
+// MigrateContext first (Options.IgnoreBoltDB to start empty anyway). A
+// group a migration did not finish is refused (ErrMigrationIncomplete).
+// Options.Logger, when set, says at info level what opening found and
+// did: a crash recovered, a torn record cut off, the records replayed
+// past the checkpoint, the index rebuilt. Metrics lists the metrics a DB
+// reports.
+//
+// # Platforms
+//
+// Linux and macOS, on 64-bit little-endian CPUs (amd64, arm64). It is
+// tested on Linux; on macOS it builds, and syncs with F_FULLFSYNC, which
+// also empties the drive's cache. Other systems are not supported: the
+// memory mappings, fdatasync and fallocate go through golang.org/x/sys/unix
+// (package mmap, commitlog/vfs). Index files hold positions in the
+// machine's byte order, so a data directory moves between the
+// little-endian machines above but not to a big-endian one.
+//
 // # Layout
 //
 // A directory holds the commit log (log/), one index directory per group
@@ -39,7 +73,11 @@
 // checkpoint are synced and every group's first, last and commit index is
 // stored in the commit log's checkpoint, with the commit-log position to
 // replay from. Open replays only the records after that position: opening
-// after a clean shutdown or a crash reads the checkpoint and the tail.
+// after a clean shutdown or a crash reads the checkpoint and the tail. The
+// segments and index files are mapped for random access, so a cold start
+// (files not in the page cache, as after a reboot) reads a few pages to
+// open the DB and about two for a GetLog, not a read-ahead window around
+// each; GetLogs in order read ahead.
 //
 // # Concurrency
 //

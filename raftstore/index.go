@@ -23,6 +23,7 @@ import (
 	"unsafe"
 
 	"github.com/raftlog/raftlog/commitlog/vfs"
+	"github.com/raftlog/raftlog/mmap"
 )
 
 const (
@@ -42,6 +43,10 @@ type indexFile struct {
 	// dirtyLo and dirtyHi bound the slots stored since the last sync;
 	// guarded by the group's write lock.
 	dirtyLo, dirtyHi int
+
+	// readAhead is set once the whole file was asked into the page cache
+	// for a sequential reader (see readAheadAll).
+	readAhead atomic.Bool
 }
 
 // slot returns a pointer to the slot of raft index i, which the file holds.
@@ -66,6 +71,16 @@ func (f *indexFile) store(i uint64, pos int64) {
 	}
 	if s+1 > f.dirtyHi {
 		f.dirtyHi = s + 1
+	}
+}
+
+// readAheadAll asks the kernel, once, to read the whole file into the page
+// cache without waiting for it: the file is mapped for random access, so
+// a sequential reader (raft catching a follower up, a client reading the
+// log in order) would otherwise fault its slots in one page at a time.
+func (f *indexFile) readAheadAll() {
+	if f.readAhead.CompareAndSwap(false, true) {
+		f.m.Advise(0, indexFileSize, mmap.WillNeed)
 	}
 }
 
@@ -118,6 +133,11 @@ func openIndexFile(fs vfs.FS, dir string, base uint64, create bool) (*indexFile,
 		f.Close()
 		return nil, fmt.Errorf("raftstore: map index %s: %w", path, err)
 	}
+	// Lookups are random: a page fault reads the page of the slot and not
+	// a read-ahead window around it (up to the whole file), which made the
+	// first GetLog after a cold start take milliseconds. A hint: a
+	// failure only costs reads.
+	m.Advise(0, indexFileSize, mmap.Random)
 	return &indexFile{base: base, path: path, f: f, m: m, data: m.Bytes()}, nil
 }
 

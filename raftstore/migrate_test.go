@@ -2,12 +2,15 @@ package raftstore
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftlog/raftlog/commitlog/faultfs"
 )
 
 func TestMigrateFromAnotherStore(t *testing.T) {
@@ -162,4 +165,142 @@ func TestMigrateRefusesDestinationWithState(t *testing.T) {
 			t.Fatalf("Migrate into a closed store = %v, want ErrClosed", err)
 		}
 	})
+}
+
+// migrateSource returns an in-memory raft store holding entries lo..hi of
+// size bytes and a term and vote.
+func migrateSource(t *testing.T, lo, hi uint64, size int) *raft.InmemStore {
+	t.Helper()
+	src := raft.NewInmemStore()
+	var logs []*raft.Log
+	for i := lo; i <= hi; i++ {
+		logs = append(logs, ctEntry(i, 2, size))
+	}
+	if err := src.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	src.SetUint64([]byte("CurrentTerm"), 2)
+	src.Set([]byte("LastVoteCand"), []byte("node-1"))
+	return src
+}
+
+// TestMigrateContextReportsProgress migrates 5,000 entries and checks the
+// reports: one per batch, growing, and a last one with Done.
+func TestMigrateContextReportsProgress(t *testing.T) {
+	src := migrateSource(t, 11, 5010, 100)
+	dst, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	var got []MigrateProgress
+	err = MigrateContext(context.Background(), dst, src, src, &MigrateOptions{Progress: func(p MigrateProgress) { got = append(got, p) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 6 { // 5 batches of up to 1,024, then Done
+		t.Fatalf("%d reports, want 6: %+v", len(got), got)
+	}
+	for i, p := range got {
+		if p.First != 11 || p.Last != 5010 || p.Done != (i == len(got)-1) {
+			t.Fatalf("report %d: %+v", i, p)
+		}
+		if i > 0 && (p.Copied < got[i-1].Copied || p.Elapsed < got[i-1].Elapsed) {
+			t.Fatalf("report %d goes backwards: %+v after %+v", i, p, got[i-1])
+		}
+	}
+	if p := got[0]; p.Copied != 1024 || p.LastCopied != 1034 || p.Bytes < 1024*100 {
+		t.Fatalf("first report %+v, want 1,024 entries up to 1034", p)
+	}
+	if p := got[len(got)-1]; p.Copied != 5000 || p.LastCopied != 5010 || p.Keys != 2 {
+		t.Fatalf("last report %+v, want 5,000 entries up to 5010 and 2 keys", p)
+	}
+}
+
+// TestMigrateContextCancelled cancels a migration after its second batch:
+// it stops with the context's error, and the half-filled store is refused
+// by Open and DB.Store with ErrMigrationIncomplete, so that raft never
+// starts on part of a log, until its directory is removed.
+func TestMigrateContextCancelled(t *testing.T) {
+	src := migrateSource(t, 1, 5000, 100)
+	dir := t.TempDir()
+	dst, err := Open(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	batches := 0
+	err = MigrateContext(ctx, dst, src, src, &MigrateOptions{Progress: func(MigrateProgress) {
+		if batches++; batches == 2 {
+			cancel()
+		}
+	}})
+	if !errors.Is(err, context.Canceled) || !strings.Contains(err.Error(), "2048") {
+		t.Fatalf("cancelled migration: %v, want context.Canceled after entry 2048", err)
+	}
+	if last, _ := dst.LastIndex(); last != 2048 {
+		t.Fatalf("last index %d after the cancelled migration, want 2048", last)
+	}
+	if err := dst.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(dir, nil); !errors.Is(err, ErrMigrationIncomplete) {
+		t.Fatalf("Open of a half-migrated store: %v, want ErrMigrationIncomplete", err)
+	}
+	db, err := OpenDB(dir, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if _, err := db.Store(0); !errors.Is(err, ErrMigrationIncomplete) {
+		t.Fatalf("DB.Store of a half-migrated group: %v, want ErrMigrationIncomplete", err)
+	}
+	if _, err := db.Store(1); err != nil {
+		t.Fatalf("DB.Store of another group: %v", err)
+	}
+
+	// A context done before the start copies nothing.
+	dst2, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst2.Close()
+	if err := MigrateContext(ctx, dst2, src, src, nil); !errors.Is(err, context.Canceled) {
+		t.Fatalf("migration with a done context: %v", err)
+	}
+	if err := dst2.checkEmpty(); err != nil {
+		t.Fatalf("a migration with a done context wrote: %v", err)
+	}
+}
+
+// TestMigrateIntoAsyncStoreIsDurable migrates into an AsyncFlush store and
+// drops everything unsynced at a crash right after: a migration that
+// returned nil is all there.
+func TestMigrateIntoAsyncStoreIsDurable(t *testing.T) {
+	src := migrateSource(t, 1, 3000, 200)
+	fs := faultfs.New(1)
+	dst, err := Open(crDir, crOptions(fs, AsyncFlush))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := Migrate(dst, src, src); err != nil {
+		t.Fatal(err)
+	}
+	after := fs.CrashDropAll()
+	dst.Close()
+	dst, err = Open(crDir, crOptions(after, AsyncFlush))
+	if err != nil {
+		t.Fatalf("Open after a crash right after Migrate: %v", err)
+	}
+	defer dst.Close()
+	if first, _ := dst.FirstIndex(); first != 1 {
+		t.Fatalf("first index %d", first)
+	}
+	if last, _ := dst.LastIndex(); last != 3000 {
+		t.Fatalf("last index %d after the crash, want 3000", last)
+	}
+	if v, _ := dst.GetUint64([]byte("CurrentTerm")); v != 2 {
+		t.Fatalf("CurrentTerm %d", v)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 )
@@ -58,6 +59,21 @@ type Options struct {
 	// default (false) accepts a gap the way raft-boltdb does, by dropping
 	// the entries before it; see Store.StoreLogs.
 	Monotonic bool
+	// Logger receives, at info level, what opening the DB found and did:
+	// a store created or opened after a clean shutdown, and after a crash
+	// the commit-log tail scanned from the checkpoint, a torn record cut
+	// off, leftover files removed, the records replayed into the indexes,
+	// a batch the crash cut short removed and the index slots rebuilt per
+	// group. Default: nothing is logged (hclog.NewNullLogger).
+	Logger hclog.Logger
+	// IgnoreBoltDB opens a DB that holds no raft state even when a
+	// raft-boltdb store (raft.db) lies in its directory or the directory's
+	// parent, instead of refusing with ErrBoltDBFound: set it to open the
+	// destination of Migrate, or when starting afresh is what you want.
+	IgnoreBoltDB bool
+
+	// goMetrics replaces go-metrics' global functions; for tests.
+	goMetrics goMetrics
 }
 
 func (o *Options) withDefaults() (Options, error) {
@@ -76,6 +92,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.FS == nil {
 		c.FS = vfs.Default
+	}
+	if c.Logger == nil {
+		c.Logger = hclog.NewNullLogger()
 	}
 	return c, nil
 }

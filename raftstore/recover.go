@@ -6,6 +6,7 @@ import (
 	"io"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftlog/raftlog/commitlog"
 )
 
 // recover rebuilds every group's indexes: it starts from the indexes the
@@ -19,6 +20,7 @@ func (db *DB) recover() error {
 	if err != nil {
 		return err
 	}
+	db.logCommitLog(db.log.Recovery())
 	for _, g := range db.stable.groups() {
 		if err := db.addRecovered(g); err != nil {
 			return err
@@ -61,6 +63,7 @@ func (db *DB) recover() error {
 		pending      []indexPos
 		pendingGroup uint64
 		pendingFirst int64 = -1
+		replayed     int   // records applied, entries and deletions
 	)
 	for {
 		rec, err := it.Next()
@@ -84,6 +87,7 @@ func (db *DB) recover() error {
 		if err != nil {
 			return err
 		}
+		replayed++
 		switch r.kind {
 		case kindEntry:
 			if pendingFirst < 0 {
@@ -104,16 +108,26 @@ func (db *DB) recover() error {
 			g.deleteRange(r.min, r.max)
 		}
 	}
+	if replayed > 0 {
+		db.opts.Logger.Info("replayed the commit log past the checkpoint into the indexes",
+			"dir", db.dir, "from", from, "records", replayed, "groups", len(replays))
+	}
 	if pendingFirst >= 0 {
 		// The tail is a batch without its last entry.
 		if err := db.log.Truncate(pendingFirst); err != nil {
 			return fmt.Errorf("raftstore: remove the incomplete batch at %d: %w", pendingFirst, err)
 		}
+		db.opts.Logger.Info("removed a batch the crash cut short",
+			"dir", db.dir, "group", pendingGroup, "position", pendingFirst, "entries", len(pending),
+			"indexes", fmt.Sprintf("%d..%d", pending[0].index, pending[len(pending)-1].index))
 	}
 	for g, r := range replays {
-		if err := db.groups[g].applyReplay(r); err != nil {
+		slots, err := db.groups[g].applyReplay(r)
+		if err != nil {
 			return err
 		}
+		db.opts.Logger.Info("rebuilt the index of a group from the commit log",
+			"dir", db.dir, "group", g, "slots", slots, "first", r.first, "last", r.last, "commit", r.commit)
 	}
 	for _, s := range db.groups {
 		if err := s.checkRecovered(); err != nil {
@@ -170,28 +184,51 @@ func deletedRange(first, last, commit, lo, hi uint64) (uint64, uint64, uint64) {
 }
 
 // applyReplay arranges the index files for the replayed range and stores
-// the replayed positions.
-func (s *Store) applyReplay(r *groupReplay) error {
+// the replayed positions; it returns how many slots it stored.
+func (s *Store) applyReplay(r *groupReplay) (int, error) {
 	s.last.Store(0) // no range yet: ensureIndexFiles may rearrange freely
+	slots := 0
 	if r.last == 0 {
 		s.dropIndexFiles(func(*indexFile) bool { return true })
 	} else {
 		lo, hi := fileBase(r.first), fileBase(r.last)
 		s.dropIndexFiles(func(f *indexFile) bool { return f.base < lo || f.base > hi })
 		if err := s.ensureIndexFiles(r.first, r.last); err != nil {
-			return err
+			return 0, err
 		}
 		files := s.files.Load()
 		for _, e := range r.entries {
 			if e.index >= r.first && e.index <= r.last {
 				files.find(e.index).store(e.index, e.pos)
+				slots++
 			}
 		}
 	}
 	s.first.Store(r.first)
 	s.last.Store(r.last)
 	s.commit.Store(r.commit)
-	return nil
+	return slots, nil
+}
+
+// logCommitLog logs what opening the commit log found and did.
+func (db *DB) logCommitLog(info commitlog.RecoveryInfo) {
+	lg := db.opts.Logger
+	switch {
+	case info.New:
+		lg.Info("created a new store", "dir", db.dir)
+	case !info.Crashed:
+		lg.Info("opened a store closed cleanly", "dir", db.dir, "checkpoint", info.Checkpoint, "end", info.End)
+	default:
+		lg.Info("opened a store that was not closed cleanly: scanned the commit log from the checkpoint",
+			"dir", db.dir, "checkpoint", info.Checkpoint, "from", info.ScannedFrom, "records", info.Records, "end", info.End)
+		if info.Torn {
+			lg.Info("cut off a record torn by the crash, and everything after it",
+				"dir", db.dir, "position", info.End, "reason", info.Stop)
+		}
+	}
+	if len(info.Removed) > 0 {
+		lg.Info("removed files a crash left behind", "dir", db.dir, "files", info.Removed)
+	}
 }
 
 // addRecovered opens a group found during recovery.

@@ -269,6 +269,21 @@ func (s *stableFile) set(group uint64, key, val []byte) error {
 	return s.flush(want)
 }
 
+// remove deletes key from group and returns once the change is durable.
+// A key that is not there is no change.
+func (s *stableFile) remove(group uint64, key []byte) error {
+	s.mu.Lock()
+	if _, ok := s.state[group][string(key)]; !ok {
+		s.mu.Unlock()
+		return nil
+	}
+	delete(s.state[group], string(key))
+	s.version++
+	want := s.version
+	s.mu.Unlock()
+	return s.flush(want)
+}
+
 // flush writes the state to the older file unless a write that covers
 // version want already completed.
 func (s *stableFile) flush(want uint64) error {

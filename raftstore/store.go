@@ -44,14 +44,18 @@ type Store struct {
 	first  atomic.Uint64 // 0 when the group holds no entries
 	last   atomic.Uint64 // 0 when the group holds no entries
 	commit atomic.Uint64 // the persisted commit index
+	// nextGet is the index after the last GetLog's in an index file not
+	// yet read ahead: a GetLog of it reads in order, and reads its index
+	// file ahead (indexFile.readAheadAll).
+	nextGet atomic.Uint64
 	// pin is the commit-log end when the first batch of an empty group
 	// began, or -1: until the batch sets first, it keeps releaseSegments
 	// from removing the segments that batch is written to.
 	pin atomic.Int64
 }
 
-// Open opens the store in dir: a DB with one group. Closing the Store
-// closes the DB.
+// Open opens (or creates) the store in dir: group 0 of a DB of its own
+// (OpenDB, then DB.Store(0)). Closing the Store closes the DB.
 func Open(dir string, opts *Options) (*Store, error) {
 	db, err := OpenDB(dir, opts)
 	if err != nil {
@@ -70,8 +74,10 @@ func Open(dir string, opts *Options) (*Store, error) {
 func (s *Store) Group() uint64 { return s.group }
 
 // Close closes the DB of a Store returned by Open (see DB.Close for what
-// calls return afterwards). For a Store from a DB it does nothing but
-// return ErrClosed once the DB is closed: close the DB.
+// calls return afterwards). Call it after raft has shut down
+// (raft.Shutdown().Error() returned): raft calls the store until then.
+// For a Store from a DB it does nothing but return ErrClosed once the DB
+// is closed: close the DB.
 func (s *Store) Close() error {
 	if s.own {
 		return s.db.Close()
@@ -134,6 +140,9 @@ func (s *Store) GetLog(index uint64, out *raft.Log) error {
 	f := s.files.Load().find(index)
 	if f == nil {
 		return fmt.Errorf("%w: group %d has no index file for %d (first %d, last %d)", ErrCorrupt, s.group, index, first, last)
+	}
+	if !f.readAhead.Load() && s.nextGet.Swap(index+1) == index {
+		f.readAheadAll()
 	}
 	pos := f.load(index)
 	if pos < 0 {
