@@ -317,11 +317,16 @@ func readFrame(r io.Reader, hdr []byte, maxSize int) (Frame, error) {
 const readChunk = 64 << 10
 
 // readBody reads exactly n bytes, growing its buffer as they arrive.
-func readBody(r io.Reader, n int) ([]byte, error) {
+func readBody(r io.Reader, n int) ([]byte, error) { return readGrowing(r, n, readChunk) }
+
+// readGrowing reads exactly n bytes into a fresh slice, first allocating
+// at most chunk bytes and doubling as the bytes arrive, so that a peer
+// that announces a large body and sends little costs little memory.
+func readGrowing(r io.Reader, n, chunk int) ([]byte, error) {
 	if n == 0 {
 		return nil, nil
 	}
-	b := make([]byte, 0, min(n, readChunk))
+	b := make([]byte, 0, min(n, chunk))
 	for len(b) < n {
 		if len(b) == cap(b) {
 			nb := make([]byte, len(b), min(2*cap(b), n))

@@ -250,25 +250,7 @@ const raftReadChunk = 1 << 20
 
 // readRaftBody reads exactly n bytes into a fresh slice, growing it as
 // the bytes arrive.
-func readRaftBody(r io.Reader, n int) ([]byte, error) {
-	if n == 0 {
-		return nil, nil
-	}
-	b := make([]byte, 0, min(n, raftReadChunk))
-	for len(b) < n {
-		if len(b) == cap(b) {
-			nb := make([]byte, len(b), min(2*cap(b), n))
-			copy(nb, b)
-			b = nb
-		}
-		m, err := io.ReadFull(r, b[len(b):cap(b)])
-		b = b[:len(b)+m]
-		if err != nil {
-			return nil, inFrame(err)
-		}
-	}
-	return b, nil
-}
+func readRaftBody(r io.Reader, n int) ([]byte, error) { return readGrowing(r, n, raftReadChunk) }
 
 // appendRaftPreamble appends the connection preamble.
 func appendRaftPreamble(b []byte) []byte {
