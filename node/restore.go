@@ -283,37 +283,8 @@ func restoreLog(br *backup.Reader, cfg RestoreConfig, state []byte, want uint64)
 // index, no-ops standing in for raft's own entries, and checks their size
 // against the state's byte ledger (want).
 func storeBackup(br *backup.Reader, st *raftstore.Store, hdr backup.Header, want uint64) error {
-	var (
-		batch  []*raft.Log
-		size   int
-		next   = hdr.Floor
-		ledger uint64
-	)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := st.StoreLogs(batch)
-		batch, size = batch[:0], 0
-		return err
-	}
-	add := func(l *raft.Log) error {
-		batch = append(batch, l)
-		size += len(l.Data)
-		next = l.Index + 1
-		if len(batch) >= 512 || size >= 4<<20 {
-			return flush()
-		}
-		return nil
-	}
-	noopsTo := func(end uint64) error { // no-ops for [next, end)
-		for next < end {
-			if err := add(&raft.Log{Index: next, Term: hdr.Term, Type: raft.LogNoop}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	w := newEntryWriter(st, hdr.Floor, hdr.Term)
+	var ledger uint64
 	for {
 		e, err := br.Next()
 		if err == io.EOF {
@@ -322,18 +293,12 @@ func storeBackup(br *backup.Reader, st *raftstore.Store, hdr backup.Header, want
 		if err != nil {
 			return err
 		}
-		if err := noopsTo(e.Index); err != nil {
-			return err
-		}
 		ledger += streamRecordSize(len(e.Data))
-		if err := add(&raft.Log{Index: e.Index, Term: e.Term, Type: raft.LogCommand, Data: e.Data, AppendedAt: time.Unix(0, e.AppendedAt)}); err != nil {
+		if err := w.write(&raft.Log{Index: e.Index, Term: e.Term, Type: raft.LogCommand, Data: e.Data, AppendedAt: time.Unix(0, e.AppendedAt)}); err != nil {
 			return err
 		}
 	}
-	if err := noopsTo(hdr.Index + 1); err != nil {
-		return err
-	}
-	if err := flush(); err != nil {
+	if err := w.finish(hdr.Index); err != nil {
 		return err
 	}
 	if ledger != want {

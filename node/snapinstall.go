@@ -358,37 +358,8 @@ func (k *snapSink) parse(r *bufio.Reader) error {
 // storeRecords stores the stream's records in st, from floor to the
 // snapshot's index, no-ops standing in for raft's own entries.
 func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint64) error {
-	var (
-		batch   []*raft.Log
-		bytes   int
-		next    = floor
-		records uint64
-	)
-	flush := func() error {
-		if len(batch) == 0 {
-			return nil
-		}
-		err := st.StoreLogs(batch)
-		batch, bytes = batch[:0], 0
-		return err
-	}
-	add := func(l *raft.Log) error {
-		batch = append(batch, l)
-		bytes += len(l.Data)
-		next = l.Index + 1
-		if len(batch) >= 512 || bytes >= 4<<20 {
-			return flush()
-		}
-		return nil
-	}
-	noopsTo := func(end uint64) error { // no-ops for [next, end)
-		for next < end {
-			if err := add(&raft.Log{Index: next, Term: k.meta.Term, Type: raft.LogNoop}); err != nil {
-				return err
-			}
-		}
-		return nil
-	}
+	w := newEntryWriter(st, floor, k.meta.Term)
+	var records uint64
 	var fixed [streamRecordFixed]byte
 	for {
 		if _, err := io.ReadFull(r, fixed[:1]); err != nil {
@@ -413,8 +384,8 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 			AppendedAt: time.Unix(0, int64(binary.BigEndian.Uint64(fixed[17:]))),
 		}
 		n, sum := binary.BigEndian.Uint32(fixed[25:]), binary.BigEndian.Uint32(fixed[29:])
-		if l.Index < next || l.Index > k.meta.Index {
-			return fmt.Errorf("node: snapshot stream: record index %d outside [%d, %d]", l.Index, next, k.meta.Index)
+		if l.Index < w.next || l.Index > k.meta.Index {
+			return fmt.Errorf("node: snapshot stream: record index %d outside [%d, %d]", l.Index, w.next, k.meta.Index)
 		}
 		if n > maxStateSize {
 			return fmt.Errorf("node: snapshot stream: record of %d bytes", n)
@@ -426,18 +397,12 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 		if crc32.Checksum(l.Data, crcTable) != sum {
 			return fmt.Errorf("node: snapshot stream record at index %d fails its checksum", l.Index)
 		}
-		if err := noopsTo(l.Index); err != nil {
-			return err
-		}
-		if err := add(l); err != nil {
+		if err := w.write(l); err != nil {
 			return err
 		}
 		records++
 	}
-	if err := noopsTo(k.meta.Index + 1); err != nil {
-		return err
-	}
-	if err := flush(); err != nil {
+	if err := w.finish(k.meta.Index); err != nil {
 		return err
 	}
 	k.store.logger.Info("snapshot records staged", "floor", floor, "index", k.meta.Index, "records", records, "group", st.Group())
@@ -503,4 +468,66 @@ func writeFileFS(fs vfs.FS, path string, b []byte) (renamed bool, err error) {
 		return true, fmt.Errorf("node: write %s: %w", path, err)
 	}
 	return true, nil
+}
+
+// entryWriter stores entries of increasing index in a store, in batches,
+// with no-ops of its term for the indexes between them: what a snapshot
+// install and a restore write into an archive group. It belongs to one
+// goroutine.
+type entryWriter struct {
+	st    *raftstore.Store
+	term  uint64 // of the no-ops
+	next  uint64 // the index the next entry or no-op takes
+	batch []*raft.Log
+	size  int // data bytes in batch
+}
+
+func newEntryWriter(st *raftstore.Store, from, term uint64) *entryWriter {
+	return &entryWriter{st: st, next: from, term: term}
+}
+
+// write stores l, after no-ops for the indexes before it; l.Index is at
+// least the next index.
+func (w *entryWriter) write(l *raft.Log) error {
+	if err := w.noopsTo(l.Index); err != nil {
+		return err
+	}
+	return w.add(l)
+}
+
+// finish writes no-ops up to last and stores what is batched.
+func (w *entryWriter) finish(last uint64) error {
+	if err := w.noopsTo(last + 1); err != nil {
+		return err
+	}
+	return w.flush()
+}
+
+func (w *entryWriter) add(l *raft.Log) error {
+	w.batch = append(w.batch, l)
+	w.size += len(l.Data)
+	w.next = l.Index + 1
+	if len(w.batch) >= 512 || w.size >= 4<<20 {
+		return w.flush()
+	}
+	return nil
+}
+
+// noopsTo writes no-ops for [next, end).
+func (w *entryWriter) noopsTo(end uint64) error {
+	for w.next < end {
+		if err := w.add(&raft.Log{Index: w.next, Term: w.term, Type: raft.LogNoop}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (w *entryWriter) flush() error {
+	if len(w.batch) == 0 {
+		return nil
+	}
+	err := w.st.StoreLogs(w.batch)
+	w.batch, w.size = w.batch[:0], 0
+	return err
 }
