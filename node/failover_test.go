@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -73,19 +71,10 @@ func TestClientFollowsFailover(t *testing.T) {
 	c.stop(first.ID()) // graceful: hands leadership over
 	waitProgress(100)
 	second := c.waitLeader()
-	var others []string
-	for _, n := range c.nodes {
-		if n != second {
-			others = append(others, n.RaftAddr())
-			post(t, n, "/fault/partition?peers="+url.QueryEscape(second.RaftAddr()))
-		}
-	}
-	post(t, second, "/fault/partition?peers="+url.QueryEscape(strings.Join(others, ",")))
+	isolate(t, c, second)
 	c.start(first.ID(), nil) // back, so the two outside the partition have a majority
 	waitProgress(100)
-	for _, n := range c.nodes {
-		post(t, n, "/fault/partition?peers=")
-	}
+	heal(t, c)
 	wg.Wait()
 	close(errs)
 	for err := range errs {

@@ -48,6 +48,14 @@ func isolate(t *testing.T, c *testCluster, old *Node) {
 	}
 }
 
+// heal lifts every partition of c.
+func heal(t *testing.T, c *testCluster) {
+	t.Helper()
+	for _, n := range c.nodes {
+		post(t, n, "/fault/partition?peers=")
+	}
+}
+
 // waitNewLeader waits until a node of c other than old leads.
 func waitNewLeader(t *testing.T, c *testCluster, old *Node) *Node {
 	t.Helper()

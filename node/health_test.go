@@ -33,14 +33,6 @@ func mustProbe(t *testing.T, n *Node, path string, want int, subs ...string) {
 	}
 }
 
-// heal lifts every partition of c.
-func heal(t *testing.T, c *testCluster) {
-	t.Helper()
-	for _, n := range c.nodes {
-		post(t, n, "/fault/partition?peers=")
-	}
-}
-
 // A node whose disk fails while it is idle has its store fail in the
 // background (the periodic checkpoint syncs the index slots the last
 // entry dirtied), and nothing it does writes, so nothing stops it: /health

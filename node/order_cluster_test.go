@@ -3,8 +3,6 @@ package node
 import (
 	"context"
 	"fmt"
-	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -57,19 +55,10 @@ func pipelinedAppendsKeepOrder(t *testing.T, c *testCluster) {
 	c.stop(first.ID()) // graceful: hands leadership over with requests in flight
 	submit(total / 4)
 	second := c.waitLeader()
-	var others []string
-	for _, n := range c.nodes {
-		if n != second {
-			others = append(others, n.RaftAddr())
-			post(t, n, "/fault/partition?peers="+url.QueryEscape(second.RaftAddr()))
-		}
-	}
-	post(t, second, "/fault/partition?peers="+url.QueryEscape(strings.Join(others, ",")))
+	isolate(t, c, second)
 	c.start(first.ID(), nil) // back, so the two outside the partition have a majority
 	submit(total / 4)
-	for _, n := range c.nodes {
-		post(t, n, "/fault/partition?peers=")
-	}
+	heal(t, c)
 	submit(total - len(futs))
 	if err := cl.Flush(ctx); err != nil {
 		t.Fatal(err)
