@@ -129,8 +129,10 @@ func TestNoSpaceOutranksLaterNotLeader(t *testing.T) {
 	if errors.Is(err, &transport.Error{Code: transport.CodeNotLeader}) {
 		t.Errorf("%v unwraps to NotLeader", err)
 	}
-	if n := fc.count(0, transport.OpAppend) + fc.count(1, transport.OpAppend) + fc.count(2, transport.OpAppend); n < 3 || re.Attempts != n {
-		t.Errorf("%d attempts, %d appends served; want several, equal", re.Attempts, n)
+	// Every attempt reached a member, but for the last, which RetryTimeout
+	// may end before it is sent.
+	if n := fc.count(0, transport.OpAppend) + fc.count(1, transport.OpAppend) + fc.count(2, transport.OpAppend); n < 3 || n > re.Attempts || n < re.Attempts-1 {
+		t.Errorf("%d attempts, %d appends served; want several, and all but perhaps the last served", re.Attempts, n)
 	}
 }
 
