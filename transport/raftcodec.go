@@ -80,21 +80,15 @@ func (d *raftDec) uint() uint64 {
 	return v
 }
 
+// int decodes what appendVarint wrote: a zigzag-encoded uvarint, as
+// binary.Varint reads it.
 func (d *raftDec) int() int64 {
-	if d.err != nil {
-		return 0
+	ux := d.uint()
+	x := int64(ux >> 1)
+	if ux&1 != 0 {
+		x = ^x
 	}
-	v, n := binary.Varint(d.b)
-	switch {
-	case n <= 0:
-		d.fail("bad varint")
-		return 0
-	case n > 1 && d.b[n-1] == 0:
-		d.fail("varint not in its shortest form")
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	return x
 }
 
 func (d *raftDec) byte() byte {
