@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"crypto/sha256"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/commitlog"
+	"github.com/raftlog/raftlog/internal/testdamage"
 	"github.com/raftlog/raftlog/raftstore"
 	"github.com/raftlog/raftlog/transport"
 )
@@ -38,30 +38,6 @@ func recordOf(t *testing.T, dataDir string, g, index uint64) (string, int64) {
 		t.Fatalf("%s holds no entry %d of group %d", dataDir, index, g)
 	}
 	return in.Log.Locate(pos)
-}
-
-// damageRecord flips the last byte of the payload of the commit-log record
-// at offset off of the segment file path, as a failing disk might.
-func damageRecord(t *testing.T, path string, off int64) {
-	t.Helper()
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var h [commitlog.HeaderSize]byte
-	if _, err := f.ReadAt(h[:], off); err != nil {
-		t.Fatal(err)
-	}
-	at := off + commitlog.HeaderSize + int64(binary.LittleEndian.Uint32(h[4:8])) - 1
-	b := []byte{0}
-	if _, err := f.ReadAt(b, at); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x55
-	if _, err := f.WriteAt(b, at); err != nil {
-		t.Fatal(err)
-	}
 }
 
 // startErr starts node id of c as c.start does and returns the error,
@@ -177,7 +153,7 @@ func TestRepairFollowerCatchesUp(t *testing.T) {
 	id, dir := f.ID(), f.cfg.DataDir
 	c.stop(id)
 	path, off := recordOf(t, dir, liveGroup, idx[40])
-	damageRecord(t, path, off)
+	testdamage.FlipLastPayloadByte(t, path, off)
 
 	err := c.startErr(id)
 	if !errors.Is(err, ErrDamaged) || !errors.Is(err, commitlog.ErrCorrupt) || !strings.Contains(err.Error(), fmt.Sprintf("%s at offset %d", path, off)) {
@@ -242,7 +218,7 @@ func TestRepairBelowSnapshot(t *testing.T) {
 			id, dir := f.ID(), f.cfg.DataDir
 			c.stop(id)
 			path, off := recordOf(t, dir, liveGroup, idx[300])
-			damageRecord(t, path, off)
+			testdamage.FlipLastPayloadByte(t, path, off)
 			more := appendN(t, conn, "s", 10)
 
 			r := prepareRepair(t, dir)
@@ -301,7 +277,7 @@ func TestRepairArchive(t *testing.T) {
 	dir, group := n4.cfg.DataDir, ar.Group()
 	c.stop("n4")
 	path, off := recordOf(t, dir, group, idx[60])
-	damageRecord(t, path, off)
+	testdamage.FlipLastPayloadByte(t, path, off)
 	last := appendN(t, conn, "u", 5)
 
 	r := prepareRepair(t, dir)
@@ -330,7 +306,7 @@ func TestRepairSingleNode(t *testing.T) {
 	dir := n.cfg.DataDir
 	c.stop("n1")
 	path, off := recordOf(t, dir, liveGroup, idx[20])
-	damageRecord(t, path, off)
+	testdamage.FlipLastPayloadByte(t, path, off)
 
 	r := prepareRepair(t, dir)
 	before := treeSum(t, dir)
@@ -405,7 +381,7 @@ func TestRepairNewestRecord(t *testing.T) {
 		t.Fatal(err)
 	}
 	path, off := recordOf(t, dir, liveGroup, newest)
-	damageRecord(t, path, off)
+	testdamage.FlipLastPayloadByte(t, path, off)
 	err := c.startErr("n1")
 	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), fmt.Sprintf("%s at offset %d", path, off)) {
 		t.Fatalf("start: %v, want ErrDamaged naming %s offset %d", err, path, off)
@@ -440,7 +416,7 @@ func TestRepairHarmlessBelowFloor(t *testing.T) {
 	c.stop("n1")
 	// The entry is deleted, but its record stays in the one segment.
 	path, off := recordOf(t, dir, liveGroup, idx[10])
-	damageRecord(t, path, off)
+	testdamage.FlipLastPayloadByte(t, path, off)
 	before := treeSum(t, dir)
 	r := prepareRepair(t, dir)
 	var report strings.Builder

@@ -1,10 +1,8 @@
 package raftstore_test
 
 import (
-	"crypto/sha256"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/commitlog"
+	"github.com/raftlog/raftlog/internal/testdamage"
 	"github.com/raftlog/raftlog/raftstore"
 )
 
@@ -80,32 +79,13 @@ func damageAt(t *testing.T, in *raftstore.Inspection, p int64) (string, int64) {
 	return path, off
 }
 
-// treeDigest hashes every file under dir, names and contents.
-func treeDigest(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		fmt.Fprintf(h, "%s %d\n", path, len(b))
-		h.Write(b)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
-}
-
 // A clean DB: no damage, nothing to cut, every group's range as the DB
 // reports it, the stable state readable, and no file changed.
 func TestInspectClean(t *testing.T) {
 	dir := repairDB(t)
-	before := treeDigest(t, dir)
+	before := testdamage.TreeDigest(t, dir)
 	in, pos := inspect(t, dir)
-	if treeDigest(t, dir) != before {
+	if testdamage.TreeDigest(t, dir) != before {
 		t.Fatal("Inspect changed the DB's files")
 	}
 	if in.Damage != nil || in.Cut != -1 || len(pos) != 110 {
@@ -146,9 +126,9 @@ func TestInspectAndCutDamage(t *testing.T) {
 	}
 	db.Close()
 
-	before := treeDigest(t, dir)
+	before := testdamage.TreeDigest(t, dir)
 	in, _ = inspect(t, dir)
-	if treeDigest(t, dir) != before {
+	if testdamage.TreeDigest(t, dir) != before {
 		t.Fatal("Inspect changed the DB's files")
 	}
 	if in.Damage == nil || in.Damage.Path != path || in.Damage.Offset != off || in.Harmless {

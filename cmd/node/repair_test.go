@@ -2,12 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -18,7 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
-	"github.com/raftlog/raftlog/commitlog"
+	"github.com/raftlog/raftlog/internal/testdamage"
 	"github.com/raftlog/raftlog/node"
 	"github.com/raftlog/raftlog/raftstore"
 )
@@ -41,44 +38,8 @@ func damageEntry(t *testing.T, dataDir string, index uint64) (string, int64) {
 		t.Fatalf("%s holds no entry %d", dataDir, index)
 	}
 	path, off := in.Log.Locate(pos)
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var h [commitlog.HeaderSize]byte
-	if _, err := f.ReadAt(h[:], off); err != nil {
-		t.Fatal(err)
-	}
-	at := off + commitlog.HeaderSize + int64(binary.LittleEndian.Uint32(h[4:8])) - 1
-	b := []byte{0}
-	if _, err := f.ReadAt(b, at); err != nil {
-		t.Fatal(err)
-	}
-	b[0] ^= 0x5a
-	if _, err := f.WriteAt(b, at); err != nil {
-		t.Fatal(err)
-	}
+	testdamage.FlipLastPayloadByte(t, path, off)
 	return path, off
-}
-
-// dirSum hashes the names and contents of every file under dir.
-func dirSum(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		fmt.Fprintf(h, "%s %d\n", path, len(b))
-		h.Write(b)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
 }
 
 // fakeTerminal is a stdin that says it is a terminal.
@@ -153,9 +114,9 @@ func TestRepairCommand(t *testing.T) {
 		t.Fatalf("repair without --data-dir: exit %d", code)
 	}
 	clean := filepath.Join(root, "n1")
-	before := dirSum(t, clean)
+	before := testdamage.TreeDigest(t, clean)
 	out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", clean)
-	if code != 0 || !strings.Contains(out, "nothing to repair") || dirSum(t, clean) != before {
+	if code != 0 || !strings.Contains(out, "nothing to repair") || testdamage.TreeDigest(t, clean) != before {
 		t.Fatalf("repair of a clean dir: exit %d\n%s%s", code, out, errOut)
 	}
 
@@ -185,13 +146,13 @@ func TestRepairCommand(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := copyOf(tc.name)
-			before := dirSum(t, dir)
+			before := testdamage.TreeDigest(t, dir)
 			out, errOut, code := runRepair(tc.stdin, append([]string{"--data-dir", dir}, tc.args...)...)
 			dirPath := strings.Replace(where, damaged, dir, 1)
 			if code != tc.code || !strings.Contains(errOut, tc.stderr) || !strings.Contains(out, "damaged record: "+dirPath) {
 				t.Fatalf("exit %d, want %d; stderr %q, want %q; stdout:\n%s", code, tc.code, errOut, tc.stderr, out)
 			}
-			if changed := dirSum(t, dir) != before; changed != tc.changed {
+			if changed := testdamage.TreeDigest(t, dir) != before; changed != tc.changed {
 				t.Fatalf("changed %v, want %v", changed, tc.changed)
 			}
 			if !tc.changed {
@@ -232,9 +193,9 @@ func TestRepairCommandSingleNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	damageEntry(t, dir, last)
-	before := dirSum(t, dir)
+	before := testdamage.TreeDigest(t, dir)
 	out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", dir, "--yes")
-	if code != 1 || !strings.Contains(errOut, "--accept-loss") || !strings.Contains(out, "single-node cluster") || dirSum(t, dir) != before {
+	if code != 1 || !strings.Contains(errOut, "--accept-loss") || !strings.Contains(out, "single-node cluster") || testdamage.TreeDigest(t, dir) != before {
 		t.Fatalf("repair of a single node without --accept-loss: exit %d\n%s%s", code, out, errOut)
 	}
 	if out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", dir, "--yes", "--accept-loss"); code != 0 {
@@ -332,11 +293,11 @@ func TestRepairProcesses(t *testing.T) {
 	appendSome("while-down", 4)
 
 	// repair asks for a confirmation it cannot get without a terminal.
-	before := dirSum(t, victim.dir)
+	before := testdamage.TreeDigest(t, victim.dir)
 	if out, errOut, code := h.cli("repair", "--data-dir", victim.dir); code != 1 || !strings.Contains(out, fmt.Sprintf("damaged record: %s at offset %d", path, off)) || !strings.Contains(errOut, "--yes") {
 		t.Fatalf("repair without --yes: exit %d\n%s%s", code, out, errOut)
 	}
-	if dirSum(t, victim.dir) != before {
+	if testdamage.TreeDigest(t, victim.dir) != before {
 		t.Fatal("repair without a confirmation changed the data dir")
 	}
 	out := h.mustCLI("repair", "--data-dir", victim.dir, "--yes")
