@@ -373,7 +373,7 @@ func (t *tx) endMove(id, version uint64, finish bool) Result {
 	if finish {
 		k = KindFinishMove
 	}
-	l, err := t.logFor(k, id, version)
+	l, err := t.activeLogFor(k, id, version)
 	if err != nil {
 		return refuse(err)
 	}

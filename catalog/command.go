@@ -136,7 +136,8 @@ type BeginMove struct {
 
 // FinishMove finishes a log's move: To replaces From in Members. The log's
 // leader proposes it once To is a voter and From is out of the raft
-// configuration.
+// configuration. A deleting log's move is neither finished nor cancelled
+// (ErrDeleting): every host, the joining node included, drops its data.
 type FinishMove struct{ ID, Version uint64 }
 
 // CancelMove abandons a log's move, leaving Members as they were.
