@@ -21,6 +21,12 @@ import "fmt"
 // version may therefore be proposed only once every node of the cluster
 // runs code that knows it; the node gates this on the cluster's version.
 
+// maxField is the longest string a command may carry, a bound on what a
+// damaged length can make Decode allocate. The limits on names, ids and
+// addresses are checked at apply, which refuses a command that breaks
+// them with the error that says why.
+const maxField = 1 << 16
+
 // CommandVersion is the version of the command encoding this code writes
 // and the only one it reads. Wire format.
 const CommandVersion byte = 1
@@ -268,9 +274,9 @@ func (c *Start) encode(w *writer) {
 func (c *Start) decode(r *reader) {
 	n := r.count(3)
 	for i := 0; i < n && r.err == nil; i++ {
-		c.Nodes = append(c.Nodes, Node{ID: r.string(MaxNodeIDLen), RaftAddr: r.string(MaxAddrLen), ClientAddr: r.string(MaxAddrLen), State: NodeActive})
+		c.Nodes = append(c.Nodes, Node{ID: r.string(maxField), RaftAddr: r.string(maxField), ClientAddr: r.string(maxField), State: NodeActive})
 	}
-	c.Members = r.strings(MaxNodeIDLen)
+	c.Members = r.strings(maxField)
 	c.Settings = r.settings()
 }
 
@@ -281,15 +287,15 @@ func (c *AddNode) encode(w *writer) {
 }
 
 func (c *AddNode) decode(r *reader) {
-	c.ID, c.RaftAddr, c.ClientAddr = r.string(MaxNodeIDLen), r.string(MaxAddrLen), r.string(MaxAddrLen)
+	c.ID, c.RaftAddr, c.ClientAddr = r.string(maxField), r.string(maxField), r.string(maxField)
 }
 
 func (c *MarkLeaving) encode(w *writer) { w.string(c.ID) }
-func (c *MarkLeaving) decode(r *reader) { c.ID = r.string(MaxNodeIDLen) }
+func (c *MarkLeaving) decode(r *reader) { c.ID = r.string(maxField) }
 func (c *MarkActive) encode(w *writer)  { w.string(c.ID) }
-func (c *MarkActive) decode(r *reader)  { c.ID = r.string(MaxNodeIDLen) }
+func (c *MarkActive) decode(r *reader)  { c.ID = r.string(maxField) }
 func (c *ForgetNode) encode(w *writer)  { w.string(c.ID) }
-func (c *ForgetNode) decode(r *reader)  { c.ID = r.string(MaxNodeIDLen) }
+func (c *ForgetNode) decode(r *reader)  { c.ID = r.string(maxField) }
 
 func (c *CreateLog) encode(w *writer) {
 	w.string(c.Name)
@@ -298,9 +304,9 @@ func (c *CreateLog) encode(w *writer) {
 }
 
 func (c *CreateLog) decode(r *reader) {
-	c.Name = r.string(MaxNameLen)
+	c.Name = r.string(maxField)
 	c.Settings = r.settings()
-	c.Members = r.strings(MaxNodeIDLen)
+	c.Members = r.strings(maxField)
 }
 
 // encodeRef and decodeRef write and read the id and version that start a log command.
@@ -330,7 +336,7 @@ func (c *BeginMove) encode(w *writer) {
 
 func (c *BeginMove) decode(r *reader) {
 	c.ID, c.Version = decodeRef(r)
-	c.From, c.To = r.string(MaxNodeIDLen), r.string(MaxNodeIDLen)
+	c.From, c.To = r.string(maxField), r.string(maxField)
 }
 
 func (c *SetPreferredLeader) encode(w *writer) {
@@ -340,7 +346,7 @@ func (c *SetPreferredLeader) encode(w *writer) {
 
 func (c *SetPreferredLeader) decode(r *reader) {
 	c.ID, c.Version = decodeRef(r)
-	c.Node = r.string(MaxNodeIDLen)
+	c.Node = r.string(maxField)
 }
 
 func (c *UpdateSettings) encode(w *writer) {
@@ -360,5 +366,5 @@ func (c *ReplicaDropped) encode(w *writer) {
 
 func (c *ReplicaDropped) decode(r *reader) {
 	c.ID, c.Version = decodeRef(r)
-	c.Node = r.string(MaxNodeIDLen)
+	c.Node = r.string(maxField)
 }
