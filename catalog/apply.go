@@ -35,7 +35,7 @@ type Result struct {
 // tx builds the next State from the current one, copying each map at its
 // first change, so the current State stays untouched (readers may hold it).
 type tx struct {
-	s                        *State
+	s                       *State
 	nodesCopied, logsCopied bool
 }
 
@@ -288,10 +288,12 @@ func (s *State) checkActive(id string) error {
 
 // distinct fails if a node is listed twice.
 func distinct(members []string) error {
-	for i, m := range members {
-		if slices.Contains(members[:i], m) {
+	seen := make(map[string]bool, len(members))
+	for _, m := range members {
+		if seen[m] {
 			return fmt.Errorf("%w: node %q listed twice", ErrInvalidMembers, m)
 		}
+		seen[m] = true
 	}
 	return nil
 }

@@ -92,7 +92,8 @@ type Command interface {
 // refused with ErrExists. The default log's Replicas must equal the count
 // of Members (today's single log may have any count of members).
 type Start struct {
-	// Nodes are the cluster's nodes; their State is ignored (active).
+	// Nodes are the cluster's nodes, which start active; their State is
+	// neither encoded nor read.
 	Nodes []Node
 	// Members are the default log's members, nodes of Nodes.
 	Members []string
@@ -274,7 +275,7 @@ func (c *Start) encode(w *writer) {
 func (c *Start) decode(r *reader) {
 	n := r.count(3)
 	for i := 0; i < n && r.err == nil; i++ {
-		c.Nodes = append(c.Nodes, Node{ID: r.string(maxField), RaftAddr: r.string(maxField), ClientAddr: r.string(maxField), State: NodeActive})
+		c.Nodes = append(c.Nodes, Node{ID: r.string(maxField), RaftAddr: r.string(maxField), ClientAddr: r.string(maxField)})
 	}
 	c.Members = r.strings(maxField)
 	c.Settings = r.settings()

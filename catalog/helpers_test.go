@@ -3,6 +3,8 @@ package catalog
 import (
 	"fmt"
 	"testing"
+
+	"github.com/hashicorp/raft"
 )
 
 // applier applies commands to an FSM at consecutive indexes.
@@ -73,4 +75,9 @@ func checkInvariants(t testing.TB, s *State) {
 			t.Fatalf("log %q has %d members for %d replicas", l.Name, len(l.Members), l.Settings.Replicas)
 		}
 	}
+}
+
+// rlog returns a raft command entry.
+func rlog(index uint64, data []byte) *raft.Log {
+	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
 }
