@@ -81,3 +81,15 @@ func checkInvariants(t testing.TB, s *State) {
 func rlog(index uint64, data []byte) *raft.Log {
 	return &raft.Log{Index: index, Term: 1, Type: raft.LogCommand, Data: data}
 }
+
+// resultString formats a result with its records, not their addresses.
+func resultString(r Result) string {
+	s := fmt.Sprintf("%v gone=%v err=%v", r.Kind, r.Gone, r.Err)
+	if r.Log != nil {
+		s += fmt.Sprintf(" log=%+v", *r.Log)
+	}
+	if r.Node != nil {
+		s += fmt.Sprintf(" node=%+v", *r.Node)
+	}
+	return s
+}
