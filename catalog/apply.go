@@ -34,8 +34,16 @@ type Result struct {
 
 // tx builds the next State from the current one, copying each map at its
 // first change, so the current State stays untouched (readers may hold it).
+// A change therefore costs a copy of the map it touches: O(logs) for a
+// log command, which a catalog of up to some 100,000 logs affords at the
+// rate of management commands. A tx is used by the applying goroutine
+// only, which owns its fields.
 type tx struct {
-	s                       *State
+	// s is the State being built; not published until the command is
+	// accepted.
+	s *State
+	// nodesCopied and logsCopied say whether s's maps are already copies
+	// of the current State's (logsCopied covers byName too).
 	nodesCopied, logsCopied bool
 }
 

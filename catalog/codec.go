@@ -21,8 +21,12 @@ import (
 // A reader checks every length against the bytes left before it
 // allocates, so a short input cannot make it allocate much.
 
-// writer appends values to a byte slice.
-type writer struct{ b []byte }
+// writer appends values to a byte slice. A writer belongs to the
+// goroutine that made it.
+type writer struct {
+	// b is the encoding so far; owned by the writer's goroutine.
+	b []byte
+}
 
 func (w *writer) uint(v uint64) { w.b = binary.AppendUvarint(w.b, v) }
 func (w *writer) int(v int64)   { w.b = binary.AppendVarint(w.b, v) }
@@ -53,11 +57,12 @@ func (w *writer) node(n *Node) {
 }
 
 // reader decodes values from a byte slice. The first failure is kept in
-// err; later reads return zero values.
+// err; later reads return zero values. A reader belongs to the goroutine
+// that made it, which owns its fields.
 type reader struct {
-	b   []byte
-	off int
-	err error
+	b   []byte // the input, never modified
+	off int    // the offset of the next byte to read
+	err error  // the first failure, nil while every read succeeded
 }
 
 func (r *reader) fail(format string, args ...any) {
@@ -90,19 +95,6 @@ func (r *reader) int() int64 {
 	}
 	r.off += n
 	return v
-}
-
-func (r *reader) byte() byte {
-	if r.err != nil {
-		return 0
-	}
-	if r.off >= len(r.b) {
-		r.fail("truncated")
-		return 0
-	}
-	c := r.b[r.off]
-	r.off++
-	return c
 }
 
 // string reads a string of at most limit bytes.

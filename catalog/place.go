@@ -206,6 +206,25 @@ func balanceMove(s *State, counts map[string]int, active []string, load Load) (M
 	return Move{}, false
 }
 
+// StaleMoves returns the moves under way whose joining node is no longer
+// an active node (marked leaving since the move began), in log id order:
+// the catalog leader cancels them (Move.Cancel), and a later Plan moves
+// the replica elsewhere.
+func StaleMoves(s *State) []Move {
+	var out []Move
+	for _, id := range s.logIDs() {
+		l := s.logs[id]
+		if l.State == LogActive && l.Moving() && !s.active(l.Joining) {
+			out = append(out, Move{Log: id, Name: l.Name, Version: l.Version, From: l.Leaving, To: l.Joining})
+		}
+	}
+	return out
+}
+
+// Cancel returns the CancelMove that abandons m once begun, conditional
+// on the log's version.
+func (m Move) Cancel() *CancelMove { return &CancelMove{ID: m.Log, Version: m.Version} }
+
 // LeaderChange is a planned change of a log's preferred leader.
 type LeaderChange struct {
 	// Log is the log's id.

@@ -353,3 +353,38 @@ func bestMaxLeaders(logs []Log, nodes []string) int {
 	try(0)
 	return best
 }
+
+// TestStaleMoves: a move to a node marked leaving since it began is
+// listed, and once cancelled the next plan moves the replica elsewhere.
+func TestStaleMoves(t *testing.T) {
+	a := base(t)
+	if got := StaleMoves(a.f.State()); len(got) != 0 {
+		t.Fatalf("stale moves %v", got)
+	}
+	a.ok(&MarkLeaving{ID: "n5"}) // the target of log mv's move
+	stale := StaleMoves(a.f.State())
+	if len(stale) != 1 || stale[0].Log != idMv || stale[0].To != "n5" || stale[0].From != "n3" {
+		t.Fatalf("stale moves %+v", stale)
+	}
+	a.ok(stale[0].Cancel())
+	a.ok(&MarkLeaving{ID: "n3"})
+	var found bool
+	for _, m := range Plan(a.f.State(), nil) {
+		if m.Log == idMv {
+			found = m.From == "n3" && m.To != "n5"
+		}
+	}
+	if !found {
+		t.Fatalf("no move of mv's replica off n3 in %+v", Plan(a.f.State(), nil))
+	}
+}
+
+func TestLogsByName(t *testing.T) {
+	var names []string
+	for _, l := range base(t).f.State().LogsByName() {
+		names = append(names, l.Name)
+	}
+	if want := []string{"a", DefaultName, "gone", "mv", "solo"}; !slices.Equal(names, want) {
+		t.Fatalf("names %v, want %v", names, want)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sort"
+	"strings"
 	"time"
 )
 
@@ -256,9 +257,11 @@ func validateNode(id, raftAddr, clientAddr string) error {
 }
 
 // State is one version of the catalog. A State is immutable: Apply builds
-// a new one for each change, so a State obtained from FSM.State can be
+// a new one for each command, so a State obtained from FSM.State can be
 // read from any goroutine, for as long as wanted, without locks. Its
-// accessors return copies that the caller may modify.
+// accessors return copies that the caller may modify. Its fields are
+// written only while the applying goroutine builds it (apply.go,
+// snapshot.go), before it is published, and never after.
 type State struct {
 	// index is the raft index of the last command applied.
 	index uint64
@@ -314,6 +317,14 @@ func (s *State) LogByID(id uint64) (Log, bool) {
 		return Log{}, false
 	}
 	return *l.clone(), true
+}
+
+// LogsByName returns every log, deleting ones included, sorted by name
+// (byte order), as a listing shows them.
+func (s *State) LogsByName() []Log {
+	out := s.Logs()
+	slices.SortFunc(out, func(a, b Log) int { return strings.Compare(a.Name, b.Name) })
+	return out
 }
 
 // Logs returns every log, deleting ones included, sorted by id.
