@@ -137,8 +137,10 @@ func movable(l *Log) bool {
 // per log: the caller may begin them at its own pace), and balancing goes
 // one replica at a time, each move taken when the previous one is done.
 // Applying every plan until Plan returns nothing leaves the active nodes'
-// replica counts within one of each other, and every log keeps its
-// replica count of members throughout (a move adds before it removes).
+// replica counts within one of each other (when every log is movable: a
+// log not started or being deleted stays where it is), and every log
+// keeps its replica count of members throughout (a move adds before it
+// removes).
 func Plan(s *State, load Load) []Move {
 	counts := replicaCounts(s)
 	active := s.ActiveNodes()
