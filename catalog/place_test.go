@@ -182,6 +182,16 @@ func TestPlanDrain(t *testing.T) {
 			t.Fatalf("move %+v not from n2", m)
 		}
 	}
+	// Every log of n2 is on n1 and n3 too (placement alternates between
+	// n1-n3 and n4-n6): the drain spreads them over n4, n5 and n6, counting
+	// the moves it has planned.
+	to := map[string]int{}
+	for _, m := range plan {
+		to[m.To]++
+	}
+	if len(to) != 3 || max(to["n4"], to["n5"], to["n6"])-min(to["n4"], to["n5"], to["n6"]) > 1 {
+		t.Fatalf("drain targets %v", to)
+	}
 	runPlans(t, a, nil)
 	if got := a.f.State().LogsOf("n2"); len(got) != 0 {
 		t.Fatalf("n2 still hosts %d logs", len(got))
