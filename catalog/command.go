@@ -19,7 +19,8 @@ import "fmt"
 // Upgrades: a node that does not know a kind refuses it at apply while a
 // newer node applies it, so the catalogs would differ. A new kind or
 // version may therefore be proposed only once every node of the cluster
-// runs code that knows it; the node gates this on the cluster's version.
+// runs code that knows it: the proposer must check the cluster's version
+// first (this package cannot).
 
 // maxField is the longest string a command may carry, a bound on what a
 // damaged length can make Decode allocate. The limits on names, ids and
