@@ -72,6 +72,7 @@ var kindNames = [...]string{
 	KindLogDeleted:         "log deleted",
 }
 
+// String returns the kind's name, as errors show it.
 func (k Kind) String() string {
 	if int(k) < len(kindNames) && kindNames[k] != "" {
 		return kindNames[k]
@@ -181,21 +182,49 @@ type ReplicaDropped struct {
 type LogDeleted struct{ ID, Version uint64 }
 
 // Kind implements Command.
-func (*Start) Kind() Kind              { return KindStart }
-func (*AddNode) Kind() Kind            { return KindAddNode }
-func (*MarkLeaving) Kind() Kind        { return KindMarkLeaving }
-func (*MarkActive) Kind() Kind         { return KindMarkActive }
-func (*ForgetNode) Kind() Kind         { return KindForgetNode }
-func (*CreateLog) Kind() Kind          { return KindCreateLog }
-func (*LogStarted) Kind() Kind         { return KindLogStarted }
-func (*BeginMove) Kind() Kind          { return KindBeginMove }
-func (*FinishMove) Kind() Kind         { return KindFinishMove }
-func (*CancelMove) Kind() Kind         { return KindCancelMove }
+func (*Start) Kind() Kind { return KindStart }
+
+// Kind implements Command.
+func (*AddNode) Kind() Kind { return KindAddNode }
+
+// Kind implements Command.
+func (*MarkLeaving) Kind() Kind { return KindMarkLeaving }
+
+// Kind implements Command.
+func (*MarkActive) Kind() Kind { return KindMarkActive }
+
+// Kind implements Command.
+func (*ForgetNode) Kind() Kind { return KindForgetNode }
+
+// Kind implements Command.
+func (*CreateLog) Kind() Kind { return KindCreateLog }
+
+// Kind implements Command.
+func (*LogStarted) Kind() Kind { return KindLogStarted }
+
+// Kind implements Command.
+func (*BeginMove) Kind() Kind { return KindBeginMove }
+
+// Kind implements Command.
+func (*FinishMove) Kind() Kind { return KindFinishMove }
+
+// Kind implements Command.
+func (*CancelMove) Kind() Kind { return KindCancelMove }
+
+// Kind implements Command.
 func (*SetPreferredLeader) Kind() Kind { return KindSetPreferredLeader }
-func (*UpdateSettings) Kind() Kind     { return KindUpdateSettings }
-func (*DeleteLog) Kind() Kind          { return KindDeleteLog }
-func (*ReplicaDropped) Kind() Kind     { return KindReplicaDropped }
-func (*LogDeleted) Kind() Kind         { return KindLogDeleted }
+
+// Kind implements Command.
+func (*UpdateSettings) Kind() Kind { return KindUpdateSettings }
+
+// Kind implements Command.
+func (*DeleteLog) Kind() Kind { return KindDeleteLog }
+
+// Kind implements Command.
+func (*ReplicaDropped) Kind() Kind { return KindReplicaDropped }
+
+// Kind implements Command.
+func (*LogDeleted) Kind() Kind { return KindLogDeleted }
 
 // newCommand returns a zero command of kind k, nil for an unknown kind.
 func newCommand(k Kind) Command {

@@ -40,6 +40,7 @@ const (
 	NodeLeaving NodeState = 2
 )
 
+// String returns "active" or "leaving".
 func (s NodeState) String() string {
 	switch s {
 	case NodeActive:
@@ -62,6 +63,7 @@ const (
 	LogDeleting LogState = 2
 )
 
+// String returns "active" or "deleting".
 func (s LogState) String() string {
 	switch s {
 	case LogActive:
