@@ -368,7 +368,8 @@ func TestOlderServer(t *testing.T) {
 func TestLogHandles(t *testing.T) {
 	lc := newLogsCluster(t, 1)
 	c := dialT(t, lc.addrs, fastOptions())
-	if c.Log("a").l != c.Log("a").l || c.Log("").l != c.def || c.Log(transport.DefaultLog).l != c.def || c.Log("a").l == c.Log("b").l {
+	a1, a2 := c.Log("a"), c.Log("a")
+	if a1.l != a2.l || c.Log("").l != c.def || c.Log(transport.DefaultLog).l != c.def || c.Log("a").l == c.Log("b").l {
 		t.Error("Log handles do not share the state of their log")
 	}
 	if c.Log("").Name() != transport.DefaultLog || c.Log("a").Name() != "a" {

@@ -113,18 +113,18 @@ type retrier struct {
 	lr         *leaderRoute // the route of the operation's log (or of the catalog)
 	named      bool         // the request is one a server older than named logs refuses
 	rt         route        // which members the operation may go to
-	member     string    // the member of toMember
-	repeatable bool      // see classify
-	start      time.Time // first attempt
-	deadline   time.Time // start + RetryTimeout
-	attempts   int       // attempts begun
-	backoffs   int       // backoffs waited, the exponent of the next
-	followed   bool      // a NotLeader reply has been followed without a wait
-	tried      []string  // members tried, in the order first tried
-	last       error     // the last attempt's error, naming its member
-	best       error     // the most informative attempt's error (see rankOf), naming its member
-	bestRank   rank      // the rank of best
-	lastIsBest bool      // last is best: the last attempt was the most informative
+	member     string       // the member of toMember
+	repeatable bool         // see classify
+	start      time.Time    // first attempt
+	deadline   time.Time    // start + RetryTimeout
+	attempts   int          // attempts begun
+	backoffs   int          // backoffs waited, the exponent of the next
+	followed   bool         // a NotLeader reply has been followed without a wait
+	tried      []string     // members tried, in the order first tried
+	last       error        // the last attempt's error, naming its member
+	best       error        // the most informative attempt's error (see rankOf), naming its member
+	bestRank   rank         // the rank of best
+	lastIsBest bool         // last is best: the last attempt was the most informative
 	// tlsRefused holds the members whose TLS handshake failed: once it
 	// holds every known member, no retry can help.
 	tlsRefused map[string]bool
