@@ -277,7 +277,7 @@ func (l *logState) describe(ctx context.Context) (*transport.DescribeLogResponse
 	// To the member believed to lead the log, which knows its group best,
 	// following NotLeader; a member that answers is not taken for the
 	// leader (it may answer what it knows itself), the leader it names is.
-	r := l.c.newRetrier("describe", l.name, &l.route, true, toAny, "", true)
+	r := l.c.newRetrier("describe log", l.name, &l.route, true, toAny, "", true)
 	resp, err := call[transport.DescribeLogResponse](ctx, l.c, r, transport.OpDescribeLog, &transport.DescribeLogRequest{Name: l.name})
 	if err != nil {
 		return nil, err

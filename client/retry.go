@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/raftlog/raftlog/transport"
@@ -155,10 +156,14 @@ func (c *Client) newRetrier(op, log string, lr *leaderRoute, named bool, rt rout
 func (r *retrier) name() string { return opName(r.op, r.log) }
 
 // opName names the operation op on the log named log in errors: op alone
-// for the default log.
+// for the default log; `append (log "orders")`, or `delete log "orders"`
+// for the log operations, otherwise.
 func opName(op, log string) string {
-	if log == "" {
+	switch {
+	case log == "":
 		return op
+	case strings.HasSuffix(op, " log"):
+		return fmt.Sprintf("%s %q", op, log)
 	}
 	return fmt.Sprintf("%s (log %q)", op, log)
 }
