@@ -66,6 +66,7 @@ var commands = []command{
 	{"remove", "remove a node from the cluster", cmdRemove},
 	{"transfer", "hand leadership over to another node", cmdTransfer},
 	{"trim", "drop every record below an index", cmdTrim},
+	{"log", "create, list, describe and delete logs (node log help)", cmdLog},
 	{"repair", "cut a stopped node's log back before a damaged record", cmdRepair},
 	{"backup", "write a backup of the log and state of a running cluster to a file", cmdBackup},
 	{"restore", "write a new member's data dir from a backup", cmdRestore},
