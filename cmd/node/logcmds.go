@@ -41,7 +41,7 @@ func logNameProblem(err error) string {
 
 // logCommands are the subcommands of "node log".
 var logCommands = []command{
-	{"create", "create a log: node log create NAME [--replicas 3] [--retention-bytes N] [--retention-age D]", cmdLogCreate},
+	{"create", "create a log: NAME [--replicas 3] [--retention-bytes N] [--retention-age D]", cmdLogCreate},
 	{"list", "list the cluster's logs", cmdLogList},
 	{"info", "describe a log: its members and their roles, leader, indexes and bytes", cmdLogInfo},
 	{"delete", "delete a log and every record of it, on every node", cmdLogDelete},
@@ -209,12 +209,12 @@ func writeLogTable(w io.Writer, logs []transport.LogInfo) error {
 // infoJSON is a log as log info --json prints it.
 type infoJSON struct {
 	logJSON
-	LeaderAddr  string                `json:"leader_addr,omitempty"`
-	FirstIndex  uint64                `json:"first_index"`
-	LastIndex   uint64                `json:"last_index"`
-	CommitIndex uint64                `json:"commit_index"`
-	Bytes       uint64                `json:"bytes"`
-	Replicas    []transport.LogMember `json:"replica_states"`
+	LeaderAddr   string                `json:"leader_addr,omitempty"`
+	FirstIndex   uint64                `json:"first_index"`
+	LastIndex    uint64                `json:"last_index"`
+	CommitIndex  uint64                `json:"commit_index"`
+	Bytes        uint64                `json:"bytes"`
+	MemberStates []transport.LogMember `json:"member_states"`
 }
 
 // cmdLogInfo is "node log info".
@@ -254,7 +254,7 @@ up with the leader.`)
 		members := append([]transport.LogMember{}, d.Members...)
 		return writeJSON(e.stdout, infoJSON{
 			logJSON: toLogJSON(d.Log), LeaderAddr: d.LeaderAddr,
-			FirstIndex: d.FirstIndex, LastIndex: d.LastIndex, CommitIndex: d.CommitIndex, Bytes: d.Bytes, Replicas: members,
+			FirstIndex: d.FirstIndex, LastIndex: d.LastIndex, CommitIndex: d.CommitIndex, Bytes: d.Bytes, MemberStates: members,
 		})
 	}
 	return writeLogInfo(e.stdout, d)

@@ -298,7 +298,7 @@ n3    -` + strings.Repeat(" ", len(s.addr)-1) + `  Nonvoter  no
 	}
 	var info infoJSON
 	if err := json.Unmarshal([]byte(must("log", "info", "orders", "--json")), &info); err != nil || info.Name != "orders" || info.LastIndex != 4 ||
-		len(info.Replicas) != 3 || info.Replicas[2].Role != transport.RoleNonvoter || info.Replicas[2].CaughtUp {
+		len(info.MemberStates) != 3 || info.MemberStates[2].Role != transport.RoleNonvoter || info.MemberStates[2].CaughtUp {
 		t.Errorf("log info --json: %+v, %v", info, err)
 	}
 	fail(1, `log "nosuch" does not exist`, "log", "info", "nosuch")
