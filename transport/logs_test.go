@@ -225,3 +225,36 @@ func TestLogOpsOverServe(t *testing.T) {
 		t.Errorf("append to a log whose leader is unknown: %v", err)
 	}
 }
+
+// TestLogFieldCost checks that the hand-written codecs stay as cheap for
+// the default log: encoding allocates nothing, and a named log costs its
+// decoder one allocation more (the name), nothing else.
+func TestLogFieldCost(t *testing.T) {
+	recs := [][]byte{[]byte("record one"), []byte("record two")}
+	for _, tc := range []struct {
+		def, named fastMessage
+		zero       func() fastMessage
+	}{
+		{&AppendRequest{ClientID: "c", Seq: 9, Records: recs}, &AppendRequest{ClientID: "c", Seq: 9, Records: recs, Log: "orders"},
+			func() fastMessage { return new(AppendRequest) }},
+		{&ReadRequest{From: 9}, &ReadRequest{From: 9, Log: "orders"}, func() fastMessage { return new(ReadRequest) }},
+		{(*ReadRequest)(&TailRequest{From: 9}), (*ReadRequest)(&TailRequest{From: 9, Log: "orders"}), func() fastMessage { return new(ReadRequest) }},
+	} {
+		allocs := func(m fastMessage) (enc, dec float64) {
+			buf := make([]byte, 0, 256)
+			b := m.appendMsgpack(nil)
+			enc = testing.AllocsPerRun(50, func() { buf = m.appendMsgpack(buf[:0]) })
+			dec = testing.AllocsPerRun(50, func() {
+				if !tc.zero().decodeMsgpack(b) {
+					t.Fatal("decode failed")
+				}
+			})
+			return enc, dec
+		}
+		de, dd := allocs(tc.def)
+		ne, nd := allocs(tc.named)
+		if de != 0 || ne != 0 || nd != dd+1 {
+			t.Errorf("%T: allocations to encode %v (default log), %v (named); to decode %v (default log), %v (named); want 0, 0, n, n+1", tc.def, de, ne, dd, nd)
+		}
+	}
+}
