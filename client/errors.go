@@ -58,7 +58,8 @@ func olderServer(err error) bool {
 // errors.Is(err, context.Canceled) and transport.ErrorCode(err) work; it
 // does not unwrap to Last.
 type RetryError struct {
-	// Op names the operation: "append", "read", "tail", "join", ...
+	// Op names the operation: "append", "read", "tail", "join", "create
+	// log", ...
 	Op string
 	// Log names the log the operation named; empty for the default log
 	// and for operations that name none.
