@@ -89,7 +89,7 @@ func (f *AppendFuture) Wait(ctx context.Context) ([]uint64, error) {
 // stored exactly once or not at all; see "Order" in the package
 // documentation for the order they are stored in.
 func (c *Client) AppendAsync(ctx context.Context, records ...[]byte) *AppendFuture {
-	f, _ := c.pipe.submit(ctx, records, true, true)
+	f, _ := c.def.pipe.submit(ctx, records, true, true)
 	return f
 }
 
@@ -97,20 +97,27 @@ func (c *Client) AppendAsync(ctx context.Context, records ...[]byte) *AppendFutu
 // no future, instead of waiting when Options.MaxInFlightAppends appends
 // are in flight.
 func (c *Client) TryAppendAsync(ctx context.Context, records ...[]byte) (*AppendFuture, error) {
-	return c.pipe.submit(ctx, records, false, true)
+	return c.def.pipe.submit(ctx, records, false, true)
 }
 
-// Flush waits until every append submitted before it (by Append,
-// AppendAsync or TryAppendAsync) has completed, successfully or not: each
-// one's outcome is its own. It returns ctx's error if ctx ends first, and
-// an error wrapping ErrClosed once the Client is closed. Appends submitted
-// while Flush waits are not waited for.
+// Flush waits until every append to the default log submitted before it
+// (by Append, AppendAsync or TryAppendAsync) has completed, successfully
+// or not: each one's outcome is its own. It returns ctx's error if ctx
+// ends first, and an error wrapping ErrClosed once the Client is closed.
+// Appends submitted while Flush waits are not waited for.
 func (c *Client) Flush(ctx context.Context) error {
+	return c.def.pipe.flush(ctx)
+}
+
+// flush waits until every append to p's log submitted before it has
+// completed, as Client.Flush.
+func (p *pipeline) flush(ctx context.Context) error {
+	c := p.l.c
 	if c.isClosed() {
-		return fmt.Errorf("client: flush: %w", ErrClosed)
+		return fmt.Errorf("client: %s: %w", opName("flush", p.l.name), ErrClosed)
 	}
-	if err := c.pipe.win.waitReleased(ctx, c.pipe.win.issued(), c.done); err != nil {
-		return fmt.Errorf("client: flush: %w", err)
+	if err := p.win.waitReleased(ctx, p.win.issued(), c.done); err != nil {
+		return fmt.Errorf("client: %s: %w", opName("flush", p.l.name), err)
 	}
 	return nil
 }

@@ -31,13 +31,13 @@ var errStalled = errors.New("the backup stream stalled")
 // bytes arrive for Options.RequestTimeout. With TLS the cluster serves
 // backups only to admins.
 func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
-	r := c.newRetrier("backup", toLeader, "", true)
+	r := c.def.retrier("backup", toLeader, "", true)
 	for {
 		addr := r.addr()
 		r.begin(addr)
 		n, started, err := c.backupAttempt(ctx, r, addr, w)
 		if err == nil {
-			c.confirm(addr)
+			c.confirm(&c.def.route, addr)
 			return n, nil
 		}
 		if started {

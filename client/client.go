@@ -7,7 +7,6 @@ import (
 	"net"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/raftlog/raftlog/transport"
@@ -20,19 +19,14 @@ type Client struct {
 	ctx    context.Context    // immutable: bounds dials; cancelled by Close
 	cancel context.CancelFunc // immutable
 	done   chan struct{}      // immutable: closed by Close
-	seqs   *seqWindow         // immutable: sequence numbers of append requests
-	pipe   *pipeline          // immutable: sends appends
-	// stored is set once an append of this Client may have been stored;
-	// until then every append tells the server its session is new
-	// (sessionBase).
-	stored atomic.Bool
-	wg     sync.WaitGroup // dial goroutines and the pipeline's sender
+	def    *logState          // immutable: the default log, which the Client's own methods use
+	wg     sync.WaitGroup     // dial goroutines and the pipelines' senders
 
-	mu     sync.Mutex         // guards the fields below; never held across a network call
-	conns  map[string]*member // per member address; nil once closed
-	addrs  []string           // known member addresses: Dial's, then learned ones
-	target string             // member that requests go to unless they name one
-	leader string             // member believed to lead; "" if unknown
+	mu      sync.Mutex           // guards the fields below and those of every leaderRoute; never held across a network call
+	conns   map[string]*member   // per member address; nil once closed
+	addrs   []string             // known member addresses: Dial's, then learned ones
+	logs    map[string]*logState // the named logs used so far, by name
+	catalog leaderRoute          // where CreateLog and DeleteLog go
 }
 
 // Dial returns a Client of the cluster whose members' client addresses
@@ -52,18 +46,17 @@ func Dial(ctx context.Context, addrs []string, opts *Options) (*Client, error) {
 	}
 	cctx, cancel := context.WithCancel(context.Background())
 	c := &Client{
-		opts:   o,
-		ctx:    cctx,
-		cancel: cancel,
-		done:   make(chan struct{}),
-		seqs:   newSeqWindow(o.MaxAppendRequests),
-		conns:  make(map[string]*member),
-		addrs:  known,
-		target: known[0],
+		opts:    o,
+		ctx:     cctx,
+		cancel:  cancel,
+		done:    make(chan struct{}),
+		conns:   make(map[string]*member),
+		addrs:   known,
+		logs:    make(map[string]*logState),
+		catalog: leaderRoute{target: known[0]},
 	}
-	c.pipe = newPipeline(c)
-	c.wg.Add(1)
-	go c.pipe.run()
+	c.def = newLogState(c, "")
+	c.def.route.target = known[0]
 	var errs []error
 	var msgs []string
 	for _, addr := range known {
@@ -72,7 +65,8 @@ func Dial(ctx context.Context, addrs []string, opts *Options) (*Client, error) {
 		cancel()
 		if err == nil {
 			c.mu.Lock()
-			c.target = addr
+			c.def.route.target = addr
+			c.catalog.target = addr
 			c.mu.Unlock()
 			return c, nil
 		}
@@ -127,7 +121,7 @@ func (c *Client) do(ctx context.Context, r *retrier, call func(ctx context.Conte
 		err := c.attempt(ctx, r, addr, call)
 		if err == nil {
 			if r.rt == toLeader {
-				c.confirm(addr)
+				c.confirm(r.lr, addr)
 			}
 			return nil
 		}
@@ -168,15 +162,10 @@ func (c *Client) attempt(ctx context.Context, r *retrier, addr string, call func
 // answers with before storing anything (BadRequest, TooLarge). At most
 // Options.MaxInFlightAppends appends are in flight; further calls wait
 // for their turn.
+//
+// Append appends to the default log; Log(name).Append appends to another.
 func (c *Client) Append(ctx context.Context, records ...[]byte) ([]uint64, error) {
-	f, _ := c.pipe.submit(ctx, records, true, false)
-	select {
-	case <-f.done:
-	case <-ctx.Done():
-		c.pipe.cancel(f, ctx.Err())
-		<-f.done
-	}
-	return f.indexes, f.err
+	return c.def.append(ctx, records)
 }
 
 // ReadOptions configure a Read.
@@ -203,26 +192,10 @@ type ReadOptions struct {
 // A read is linearizable and goes to the leader, unless opts.Stale is set:
 // then it goes to opts.Addr, or to the member the Client talks to, and does
 // not follow the leader. Reads are retried like appends.
+//
+// Read reads the default log; Log(name).Read reads another.
 func (c *Client) Read(ctx context.Context, from uint64, opts ReadOptions) (records []transport.Record, next uint64, err error) {
-	rt, addr := toLeader, ""
-	switch {
-	case opts.Stale && opts.Addr != "":
-		rt, addr = toMember, opts.Addr
-	case opts.Stale:
-		rt = toAny
-	case opts.Addr != "":
-		return nil, 0, errors.New("client: read: ReadOptions.Addr is set without Stale")
-	}
-	req := &transport.ReadRequest{From: from, MaxRecords: opts.MaxRecords, MaxBytes: opts.MaxBytes, Stale: opts.Stale}
-	var resp transport.ReadResponse
-	err = c.do(ctx, c.newRetrier("read", rt, addr, true), func(ctx context.Context, conn *transport.Conn) error {
-		resp = transport.ReadResponse{}
-		return conn.Call(ctx, transport.OpRead, req, &resp)
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	return resp.Records, resp.Next, nil
+	return c.def.read(ctx, from, opts)
 }
 
 // Status describes the member at addr, or the member the Client talks to
@@ -237,7 +210,7 @@ func (c *Client) Read(ctx context.Context, from uint64, opts ReadOptions) (recor
 // again without.
 func (c *Client) Status(ctx context.Context, addr string) (*transport.StatusResponse, error) {
 	if addr == "" {
-		addr = c.current()
+		addr = c.current(&c.def.route)
 	}
 	actx, cancel := context.WithTimeout(ctx, c.opts.RequestTimeout)
 	defer cancel()
@@ -262,12 +235,18 @@ func (c *Client) Status(ctx context.Context, addr string) (*transport.StatusResp
 	return resp, nil
 }
 
-// callLeader sends a request that only the leader serves and that must not
-// run twice: it is retried only after NotLeader, Unavailable and Busy
-// replies and failures to connect, when it certainly did not run.
+// callLeader sends a request that only the leader (of the default log
+// unless r says otherwise) serves and that must not run twice: it is
+// retried only after NotLeader, Unavailable and Busy replies and failures
+// to connect, when it certainly did not run.
 func callLeader[Resp any](ctx context.Context, c *Client, name string, op transport.Op, req any) (*Resp, error) {
+	return call[Resp](ctx, c, c.newRetrier(name, "", &c.def.route, false, toLeader, "", false), op, req)
+}
+
+// call sends a request, retrying it as r says.
+func call[Resp any](ctx context.Context, c *Client, r *retrier, op transport.Op, req any) (*Resp, error) {
 	resp := new(Resp)
-	err := c.do(ctx, c.newRetrier(name, toLeader, "", false), func(ctx context.Context, conn *transport.Conn) error {
+	err := c.do(ctx, r, func(ctx context.Context, conn *transport.Conn) error {
 		*resp = *new(Resp)
 		return conn.Call(ctx, op, req, resp)
 	})
@@ -310,29 +289,23 @@ func (c *Client) TransferLeadership(ctx context.Context, target string) error {
 	if err != nil {
 		return err
 	}
-	c.forgetLeader()
+	c.forgetLeader(&c.def.route)
 	return nil
 }
 
-// Trim drops every record below index below on every member and returns
-// the raft index of the trim command. It is retried as Join is.
+// Trim drops every record of the default log below index below on every
+// member and returns the raft index of the trim command. It is retried as
+// Join is. Log(name).Trim trims another log.
 func (c *Client) Trim(ctx context.Context, below uint64) (uint64, error) {
-	resp, err := callLeader[transport.TrimResponse](ctx, c, "trim", transport.OpTrim, &transport.TrimRequest{Below: below})
-	if err != nil {
-		return 0, err
-	}
-	return resp.Index, nil
+	return c.def.trim(ctx, below)
 }
 
-// Leader returns the client address of the member believed to lead: the
-// last one that served a leader's request or that a member named as the
-// leader. It returns "" when the leader is not known, for example before
-// the first such request.
-func (c *Client) Leader() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.leader
-}
+// Leader returns the client address of the member believed to lead the
+// default log: the last one that served a leader's request or that a
+// member named as the leader. It returns "" when the leader is not known,
+// for example before the first such request. Log(name).Leader is another
+// log's.
+func (c *Client) Leader() string { return c.leaderOf(&c.def.route) }
 
 // Close closes every connection. Calls in flight, and later calls, return
 // an error wrapping ErrClosed; so do the Next calls of every Tail, and
@@ -343,30 +316,24 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	members := c.conns
 	c.conns = nil
+	logs := []*logState{c.def}
 	if members != nil {
 		close(c.done)
+		for _, l := range c.logs {
+			logs = append(logs, l)
+		}
 	}
 	c.mu.Unlock()
 	if members == nil {
 		return nil
 	}
 	c.cancel()
-	c.pipe.close()
+	for _, l := range logs {
+		l.pipe.close()
+	}
 	closeConns(members)
 	c.wg.Wait()
 	return nil
-}
-
-// sessionBase returns the session base an append carries
-// (transport.AppendRequest.Base): 1 while none of the Client's appends may
-// have been stored, so that a cluster that holds no session of the Client
-// knows it is new; then the oldest sequence number still in flight, below
-// which the Client never sends again.
-func (c *Client) sessionBase() uint64 {
-	if !c.stored.Load() {
-		return 1
-	}
-	return c.seqs.oldest()
 }
 
 // refusedBeforeStoring reports whether an append attempt that failed with

@@ -624,7 +624,7 @@ func TestDial(t *testing.T) {
 
 	fc := newCluster(t, 1)
 	c := dialT(t, append(dead, fc.addrs()...), fastOptions())
-	if got := c.current(); got != fc.members[0].addr {
+	if got := c.current(&c.def.route); got != fc.members[0].addr {
 		t.Errorf("connected to %q, want the live member %q", got, fc.members[0].addr)
 	}
 

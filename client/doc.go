@@ -13,6 +13,38 @@
 //	t := c.Tail(ctx, next, client.TailOptions{})            // follow the log
 //	rec, err := t.Next()                                    // blocks
 //
+// # Named logs
+//
+// A cluster serves many logs, each its own raft group with its own
+// leader. The Client's own record methods (Append, AppendAsync,
+// TryAppendAsync, Flush, Read, Tail, Trim, Leader) use the default log,
+// transport.DefaultLog, the single log of clusters older than named logs;
+// Log(name) returns a handle with the same methods for another:
+//
+//	info, err := c.CreateLog(ctx, "orders", client.CreateLogOptions{Replicas: 3})
+//	orders := c.Log("orders")
+//	idx, err := orders.Append(ctx, []byte("order 1234 shipped"))
+//	t := orders.Tail(ctx, 0, client.TailOptions{})
+//
+// CreateLog, ListLogs, DescribeLog and DeleteLog manage logs. The Client
+// keeps, per log, the member believed to lead it, the pipeline of its
+// appends with its own window (Options.MaxInFlightAppends and
+// Options.MaxAppendRequests count per log) and its own session, so one
+// log's leader change, outage or full window never holds up another's
+// appends. Requests for the default log are those of the versions before
+// named logs, and work with their servers; such a server refuses the rest,
+// and the Client returns an error wrapping ErrNoNamedLogs.
+//
+// Exactly once holds per log, as below for the default log: each log's
+// state machine keeps its own sessions, and the Client numbers the append
+// requests of each log apart, from 1, with each log's own session base.
+// The session id of the default log's appends is Options.ClientID; that of
+// another log's is ClientID/name (a hash of ClientID in its place when
+// that would be longer than transport.MaxIDLength), so that no server can
+// ever mix two logs' sequence numbers in one session. A log deleted and
+// created again under its name is a new log with no sessions: the Client's
+// appends to it open a new session.
+//
 // # Asynchronous appends
 //
 // AppendAsync submits an append and returns an AppendFuture at once; its
@@ -62,12 +94,16 @@
 // # Leader following
 //
 // Appends, linearizable reads, tails and membership changes go to the
-// member believed to lead. A follower answers them with NotLeader and,
-// when it knows it, the leader's client address: the Client moves there at
-// once (the first time in an operation; later redirects back off) and
-// remembers the address. Without an address, and when a member cannot be
-// reached or is Unavailable, the Client tries the next known member in
-// turn. Stale reads and stale tails go to the member given or the one the
+// member believed to lead (the log's, for the requests of a log; the
+// catalog's, for CreateLog and DeleteLog). A follower answers them with
+// NotLeader and, when it knows it, the leader's client address: the Client
+// moves there at once (the first time in an operation; later redirects
+// back off) and remembers the address. A NotLeader that names a member of
+// the log instead (its leader not known) moves the log's requests there
+// the same way, without taking that member for the leader. Without an
+// address, and when a member cannot be reached or is Unavailable, the
+// Client tries the next known member in turn. Each of these moves the
+// requests of the one log (or the catalog) only. Stale reads and stale tails go to the member given or the one the
 // Client talks to, and do not follow the leader.
 //
 // # Retries and duplicates
@@ -79,7 +115,9 @@
 // Error codes that retrying cannot help (BadRequest, TooLarge, Trimmed,
 // NotFound, UnknownOp, UnsupportedVersion, Internal, SessionExpired,
 // PermissionDenied, FailedPrecondition) are returned at once, wrapped, so
-// errors.Is(err, &transport.Error{Code: c}) and transport.ErrorCode work.
+// errors.Is(err, &transport.Error{Code: c}) and transport.ErrorCode work:
+// a log that does not exist is NotFound naming it, a duplicate CreateLog
+// FailedPrecondition naming it.
 //
 // What a failed attempt leads to:
 //   - NotLeader naming the leader: the leader, as above.
@@ -125,8 +163,9 @@
 // forgotten (73,728 newer sessions) while it retried a request may have
 // that one stored twice.
 //
-// Reads are retried like appends. Join, Remove, TransferLeadership and Trim
-// are retried only when they certainly did not run: after NotLeader,
+// Reads, ListLogs and DescribeLog are retried like appends. Join, Remove,
+// TransferLeadership, Trim, CreateLog and DeleteLog are retried only when
+// they certainly did not run: after NotLeader,
 // Unavailable or Busy replies, failures to connect and failed TLS
 // handshakes. A lost connection or a timeout after such a request was sent
 // is returned, as "outcome unknown". Backup is retried like a read until
@@ -164,7 +203,7 @@
 // transport.Conn per member address, shared by every goroutine (a Conn
 // pipelines requests), drops one that fails and dials again when next
 // needed; no lock is held across a network call. At most
-// Options.MaxInFlightAppends appends are in flight; more wait (see
+// Options.MaxInFlightAppends appends per log are in flight; more wait (see
 // "Order" for the order they are stored in). An AppendFuture may be used
 // from any goroutine. A Tail is used by one goroutine at a time, but may be
 // closed from any. Close fails every call in flight and completes every

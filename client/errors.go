@@ -18,6 +18,33 @@ import (
 // Tail.Close too.
 var ErrClosed = errors.New("client: closed")
 
+// ErrNoNamedLogs is returned, wrapped with the operation and the member's
+// own error, when a member is older than named logs: it answered a log
+// operation (CreateLog, ListLogs, DescribeLog, DeleteLog) with UnknownOp,
+// or a request naming a log other than the default one with BadRequest
+// for the unknown field "log". Nothing was done. Requests for the default
+// log, through the Client's own methods or Log(transport.DefaultLog),
+// work with such members.
+var ErrNoNamedLogs = errors.New("this server does not serve named logs (it is older than them)")
+
+// olderServer reports whether err is how a member older than named logs
+// answers a request that names a log or a log operation.
+func olderServer(err error) bool {
+	var te *transport.Error
+	if !errors.As(err, &te) {
+		return false
+	}
+	switch te.Code {
+	case transport.CodeUnknownOp:
+		return true
+	case transport.CodeBadRequest:
+		// go-msgpack's words for a field the body's type does not have,
+		// as such a member's DecodeBody reports them.
+		return strings.HasSuffix(te.Message, "with key log")
+	}
+	return false
+}
+
 // RetryError reports an operation that was retried until RetryTimeout or
 // its context ran out without succeeding. Its message is meant for people:
 //
@@ -31,8 +58,12 @@ var ErrClosed = errors.New("client: closed")
 // errors.Is(err, context.Canceled) and transport.ErrorCode(err) work; it
 // does not unwrap to Last.
 type RetryError struct {
-	// Op names the operation: "append", "read", "tail", "join", ...
+	// Op names the operation: "append", "read", "tail", "join", "create
+	// log", ...
 	Op string
+	// Log names the log the operation named; empty for the default log
+	// and for operations that name none.
+	Log string
 	// Attempts is how many attempts were made.
 	Attempts int
 	// Elapsed is the time from the first attempt to giving up.
@@ -63,7 +94,7 @@ func (e *RetryError) Error() string {
 		s = ""
 	}
 	msg := fmt.Sprintf("client: %s: %s after %d attempt%s over %v (tried %s): %v",
-		e.Op, reason, e.Attempts, s, roundDuration(e.Elapsed), strings.Join(e.Tried, ", "), e.Err)
+		opName(e.Op, e.Log), reason, e.Attempts, s, roundDuration(e.Elapsed), strings.Join(e.Tried, ", "), e.Err)
 	if e.Last != nil {
 		msg += "; last error: " + e.Last.Error()
 	}

@@ -48,6 +48,9 @@ type Options struct {
 	// at once or one after the other: the server would take the second
 	// one's appends for repeats of the first one's and not store them. Set
 	// it only to correlate server logs, with an id unique to this Client.
+	// It is the session id of the default log's appends; a named log's
+	// appends use ClientID/name (see "Named logs" in the package
+	// documentation).
 	ClientID string
 	// Dial opens a connection to a member's client address (host:port);
 	// default a net.Dialer over TCP. Set it to dial TLS. Its context carries
@@ -67,15 +70,16 @@ type Options struct {
 	// DefaultMinBackoff and DefaultMaxBackoff. MinBackoff may not exceed
 	// MaxBackoff.
 	MinBackoff, MaxBackoff time.Duration
-	// MaxInFlightAppends is the window of appends: the most appends,
-	// Append calls and AppendAsync futures alike, submitted and not yet
-	// completed. When it is full, Append and AppendAsync wait for room and
+	// MaxInFlightAppends is the window of appends of each log: the most
+	// appends to one log, Append calls and AppendAsync futures alike,
+	// submitted and not yet completed. When it is full, Append and AppendAsync wait for room and
 	// TryAppendAsync fails with ErrWindowFull. More precisely, every append
 	// in flight lies within this many submissions of the oldest one still
 	// in flight, so one append retrying for long holds the window back.
 	// Default DefaultMaxInFlightAppends, at most MaxAppendWindow.
 	MaxInFlightAppends int
-	// MaxAppendRequests bounds the append requests in flight at once:
+	// MaxAppendRequests bounds the append requests to one log in flight
+	// at once:
 	// appends submitted while that many are in flight wait, and go
 	// together in the next request (up to 1,024 records and 4 MiB, or
 	// half of Conn.MaxFrameSize; an append larger than that goes alone).

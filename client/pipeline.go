@@ -26,8 +26,9 @@ const (
 	recordOverhead = 8
 )
 
-// pipeline sends the Client's appends. Append, AppendAsync and
-// TryAppendAsync submit them, each taking a ticket of the window win;
+// pipeline sends the appends of one log of the Client; each log has its
+// own, so one log's appends never wait for another's. Append, AppendAsync
+// and TryAppendAsync submit them, each taking a ticket of the window win;
 // one goroutine, the sender (run), packs the appends waiting into batches,
 // one AppendRequest each with a sequence number of its own from
 // Client.seqs, and sends them with transport.Conn.Go. Everything after
@@ -44,7 +45,7 @@ const (
 // found too large before storing any of it (its limits may be lower than
 // the batch bounds): its appends go again, each in a request of its own.
 //
-// At most Options.MaxAppendRequests batches exist at once (Client.seqs
+// At most Options.MaxAppendRequests batches exist at once (logState.seqs
 // bounds their sequence numbers): a new batch is packed only when one
 // ends. With one, the default, a batch is sent only once the one before it
 // has completed; with more, each attempt names the latest batch packed
@@ -52,6 +53,8 @@ const (
 // first. Either keeps appends in submission order.
 type pipeline struct {
 	c        *Client       // immutable
+	l        *logState     // immutable: the log it appends to
+	op       string        // immutable: the operation, as errors name it: "append", `append (log "orders")`
 	win      *seqWindow    // immutable: tickets of appends submitted and not completed
 	wake     chan struct{} // immutable; capacity 1: the sender may have work
 	maxBytes int           // immutable: the most record bytes in a batch
@@ -95,13 +98,16 @@ const (
 	batchDone                      // completed, or given up
 )
 
-func newPipeline(c *Client) *pipeline {
+func newPipeline(l *logState) *pipeline {
+	c := l.c
 	frame := c.opts.Conn.MaxFrameSize
 	if frame == 0 {
 		frame = transport.DefaultMaxFrameSize
 	}
 	return &pipeline{
 		c:        c,
+		l:        l,
+		op:       opName("append", l.name),
 		win:      newSeqWindow(c.opts.MaxInFlightAppends),
 		wake:     make(chan struct{}, 1),
 		maxBytes: min(maxBatchBytes, frame/2),
@@ -124,13 +130,14 @@ func (p *pipeline) signal() {
 // as a future that failed.
 func (p *pipeline) submit(ctx context.Context, records [][]byte, wait, watch bool) (*AppendFuture, error) {
 	if len(records) == 0 {
-		return failedFuture(fmt.Errorf("client: append: %w", errNoRecords)), nil
+		return failedFuture(fmt.Errorf("client: %s: %w", p.op, errNoRecords)), nil
 	}
+	p.l.startSender()
 	f := &AppendFuture{done: make(chan struct{}), records: records}
 	if wait {
 		t, err := p.win.acquire(ctx, p.c.done)
 		if err != nil {
-			return failedFuture(fmt.Errorf("client: append: %w", err)), nil
+			return failedFuture(fmt.Errorf("client: %s: %w", p.op, err)), nil
 		}
 		f.ticket = t
 	} else {
@@ -146,9 +153,9 @@ func (p *pipeline) submit(ctx context.Context, records [][]byte, wait, watch boo
 	p.mu.Lock()
 	switch {
 	case p.closed:
-		p.completeLocked(f, nil, fmt.Errorf("client: append: %w", ErrClosed))
+		p.completeLocked(f, nil, fmt.Errorf("client: %s: %w", p.op, ErrClosed))
 	case ctx.Err() != nil:
-		p.completeLocked(f, nil, fmt.Errorf("client: append: %w", ctx.Err()))
+		p.completeLocked(f, nil, fmt.Errorf("client: %s: %w", p.op, ctx.Err()))
 	default:
 		f.state = futureQueued
 		p.queue = append(p.queue, f)
@@ -170,7 +177,7 @@ func (p *pipeline) cancel(f *AppendFuture, ctxErr error) {
 	defer p.mu.Unlock()
 	switch f.state {
 	case futureQueued:
-		p.completeLocked(f, nil, fmt.Errorf("client: append: %w", ctxErr)) // never sent
+		p.completeLocked(f, nil, fmt.Errorf("client: %s: %w", p.op, ctxErr)) // never sent
 		if p.stale > 64 && p.stale > len(p.queue)/2 {
 			live := p.queue[:0]
 			for _, q := range p.queue {
@@ -216,7 +223,7 @@ func (p *pipeline) close() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.closed = true
-	err := fmt.Errorf("client: append: %w", ErrClosed)
+	err := fmt.Errorf("client: %s: %w", p.op, ErrClosed)
 	for b := range p.batches {
 		p.finishLocked(b, nil, err)
 	}
@@ -294,7 +301,7 @@ func (p *pipeline) packLocked() *batch {
 	if len(p.queue) == 0 {
 		return nil
 	}
-	seq, ok := p.c.seqs.tryAcquire()
+	seq, ok := p.l.seqs.tryAcquire()
 	if !ok {
 		return nil
 	}
@@ -329,9 +336,9 @@ func (p *pipeline) packLocked() *batch {
 	b := &batch{
 		futs:  futs,
 		total: records,
-		req:   transport.AppendRequest{ClientID: p.c.opts.ClientID, Seq: seq, Records: recs},
+		req:   transport.AppendRequest{Log: p.l.name, ClientID: p.l.clientID, Seq: seq, Records: recs},
 		live:  len(futs),
-		r:     p.c.newRetrier("append", toLeader, "", true),
+		r:     p.l.retrier("append", toLeader, "", true),
 	}
 	for _, f := range futs {
 		f.state, f.batch = futureSent, b
@@ -360,7 +367,7 @@ func (p *pipeline) send(b *batch, gen uint64, deadline time.Time) {
 		p.mu.Unlock()
 		return
 	}
-	b.req.Base = c.sessionBase()
+	b.req.Base = p.l.sessionBase()
 	b.req.After = p.afterLocked(b)
 	b.state, b.conn, b.id = batchWaiting, conn, 0
 	p.armLocked(b, deadline)
@@ -422,11 +429,11 @@ func (p *pipeline) replied(b *batch, gen uint64, resp *transport.AppendResponse,
 		p.failedLocked(b, err, true)
 		return
 	}
-	p.c.stored.Store(true)
-	p.c.confirm(b.addr)
+	p.l.stored.Store(true)
+	p.c.confirm(&p.l.route, b.addr)
 	b.conn = nil
 	if len(resp.Indexes) != b.total {
-		p.finishLocked(b, nil, fmt.Errorf("client: append: %w: %d indexes for %d records", transport.ErrProtocol, len(resp.Indexes), b.total))
+		p.finishLocked(b, nil, fmt.Errorf("client: %s: %w: %d indexes for %d records", p.op, transport.ErrProtocol, len(resp.Indexes), b.total))
 		return
 	}
 	p.finishLocked(b, resp.Indexes, nil)
@@ -475,17 +482,16 @@ func (p *pipeline) readyLocked(b *batch) {
 // failedLocked decides what follows the current attempt of b, which failed
 // with err; sent says whether the request may have reached the member.
 func (p *pipeline) failedLocked(b *batch, err error, sent bool) {
-	c := p.c
 	if b.timer != nil {
 		b.timer.Stop()
 	}
 	b.conn, b.id = nil, 0
 	if sent && !refusedBeforeStoring(err) {
 		b.mayBeStored = true
-		c.stored.Store(true)
+		p.l.stored.Store(true)
 	}
 	if p.closed || errors.Is(err, ErrClosed) {
-		p.finishLocked(b, nil, fmt.Errorf("client: append: %w", ErrClosed))
+		p.finishLocked(b, nil, fmt.Errorf("client: %s: %w", p.op, ErrClosed))
 		return
 	}
 	d, now, ferr := b.r.next(b.addr, err)
@@ -541,7 +547,7 @@ func (p *pipeline) finishLocked(b *batch, indexes []uint64, err error) {
 	}
 	b.conn = nil
 	delete(p.batches, b)
-	p.c.seqs.release(b.req.Seq)
+	p.l.seqs.release(b.req.Seq)
 	off := 0
 	for _, f := range b.futs {
 		n := len(f.records)

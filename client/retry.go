@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"strings"
 	"time"
 
 	"github.com/raftlog/raftlog/transport"
@@ -23,12 +24,16 @@ const (
 	next
 	// follow: try the leader the error names.
 	follow
+	// hint: try the member of the log the error names (its leader is
+	// not known).
+	hint
 )
 
 // classify decides what follows an attempt that failed with err. A
 // repeatable request has no further effect when repeated (reads, appends
 // tagged with a session); others are retried only when they certainly had
-// no effect. ambiguous reports a request whose effect is unknown.
+// no effect. ambiguous reports a request whose effect is unknown. leader
+// is the member to follow or to take the hint of.
 func classify(err error, repeatable bool) (act action, leader string, ambiguous bool) {
 	var de *dialError
 	var te *transport.Error
@@ -44,6 +49,9 @@ func classify(err error, repeatable bool) (act action, leader string, ambiguous 
 		case transport.CodeNotLeader:
 			if te.LeaderAddr != "" {
 				return follow, te.LeaderAddr, false
+			}
+			if te.MemberAddr != "" {
+				return hint, te.MemberAddr, false
 			}
 			return next, "", false
 		case transport.CodeUnavailable:
@@ -101,30 +109,41 @@ func classify(err error, repeatable bool) (act action, leader string, ambiguous 
 // guarded by pipeline.mu.
 type retrier struct {
 	c          *Client
-	op         string    // the operation, for errors: "append", ...
-	rt         route     // which members the operation may go to
-	member     string    // the member of toMember
-	repeatable bool      // see classify
-	start      time.Time // first attempt
-	deadline   time.Time // start + RetryTimeout
-	attempts   int       // attempts begun
-	backoffs   int       // backoffs waited, the exponent of the next
-	followed   bool      // a NotLeader reply has been followed without a wait
-	tried      []string  // members tried, in the order first tried
-	last       error     // the last attempt's error, naming its member
-	best       error     // the most informative attempt's error (see rankOf), naming its member
-	bestRank   rank      // the rank of best
-	lastIsBest bool      // last is best: the last attempt was the most informative
+	op         string       // the operation, for errors: "append", ...
+	log        string       // the log named by the request, for errors; "" for the default log and none
+	lr         *leaderRoute // the route of the operation's log (or of the catalog)
+	named      bool         // the request is one a server older than named logs refuses
+	rt         route        // which members the operation may go to
+	member     string       // the member of toMember
+	repeatable bool         // see classify
+	start      time.Time    // first attempt
+	deadline   time.Time    // start + RetryTimeout
+	attempts   int          // attempts begun
+	backoffs   int          // backoffs waited, the exponent of the next
+	followed   bool         // a NotLeader reply has been followed without a wait
+	tried      []string     // members tried, in the order first tried
+	last       error        // the last attempt's error, naming its member
+	best       error        // the most informative attempt's error (see rankOf), naming its member
+	bestRank   rank         // the rank of best
+	lastIsBest bool         // last is best: the last attempt was the most informative
 	// tlsRefused holds the members whose TLS handshake failed: once it
 	// holds every known member, no retry can help.
 	tlsRefused map[string]bool
 }
 
-func (c *Client) newRetrier(op string, rt route, member string, repeatable bool) *retrier {
+// newRetrier returns the retrier of an operation named op (as errors name
+// it) on the log named log ("" for the default log, or an operation on no
+// log) that goes to the members of lr as rt says; named says that the
+// request is one that a server older than named logs refuses: it names a
+// log other than the default one, or is a log operation.
+func (c *Client) newRetrier(op, log string, lr *leaderRoute, named bool, rt route, member string, repeatable bool) *retrier {
 	now := time.Now()
 	return &retrier{
 		c:          c,
 		op:         op,
+		log:        log,
+		lr:         lr,
+		named:      named,
 		rt:         rt,
 		member:     member,
 		repeatable: repeatable,
@@ -133,12 +152,28 @@ func (c *Client) newRetrier(op string, rt route, member string, repeatable bool)
 	}
 }
 
+// name names the operation in errors: "append", `append (log "orders")`.
+func (r *retrier) name() string { return opName(r.op, r.log) }
+
+// opName names the operation op on the log named log in errors: op alone
+// for the default log; `append (log "orders")`, or `delete log "orders"`
+// for the log operations, otherwise.
+func opName(op, log string) string {
+	switch {
+	case log == "":
+		return op
+	case strings.HasSuffix(op, " log"):
+		return fmt.Sprintf("%s %q", op, log)
+	}
+	return fmt.Sprintf("%s (log %q)", op, log)
+}
+
 // addr returns the member for the next attempt.
 func (r *retrier) addr() string {
 	if r.rt == toMember {
 		return r.member
 	}
-	return r.c.current()
+	return r.c.current(r.lr)
 }
 
 // begin counts an attempt at addr.
@@ -167,7 +202,7 @@ func (r *retrier) attemptDeadline() time.Time {
 // error the operation returns.
 func (r *retrier) failed(ctx context.Context, addr string, err error) error {
 	if r.c.isClosed() || errors.Is(err, ErrClosed) {
-		return fmt.Errorf("client: %s: %w", r.op, ErrClosed)
+		return fmt.Errorf("client: %s: %w", r.name(), ErrClosed)
 	}
 	if ctx.Err() != nil {
 		return r.giveUp(ctx.Err())
@@ -187,14 +222,17 @@ func (r *retrier) failed(ctx context.Context, addr string, err error) error {
 func (r *retrier) next(addr string, err error) (d time.Duration, now bool, _ error) {
 	c := r.c
 	act, leader, ambiguous := classify(err, r.repeatable)
-	if act == follow && r.rt == toMember {
+	if (act == follow || act == hint) && r.rt == toMember {
 		act = stop
 	}
 	if act == stop {
-		if ambiguous {
-			return 0, false, fmt.Errorf("client: %s: outcome unknown: %w", r.op, atAddr(addr, err))
+		if r.named && olderServer(err) {
+			return 0, false, fmt.Errorf("client: %s: %w (%s: %w)", r.name(), ErrNoNamedLogs, addr, err)
 		}
-		return 0, false, fmt.Errorf("client: %s: %w", r.op, atAddr(addr, err))
+		if ambiguous {
+			return 0, false, fmt.Errorf("client: %s: outcome unknown: %w", r.name(), atAddr(addr, err))
+		}
+		return 0, false, fmt.Errorf("client: %s: %w", r.name(), atAddr(addr, err))
 	}
 	pastDeadline := !time.Now().Before(r.deadline)
 	r.note(addr, err, pastDeadline && errors.Is(err, context.DeadlineExceeded))
@@ -213,15 +251,19 @@ func (r *retrier) next(addr string, err error) (d time.Duration, now bool, _ err
 		}
 	}
 	switch act {
-	case follow:
-		c.follow(leader)
+	case follow, hint:
+		if act == follow {
+			c.follow(r.lr, leader)
+		} else {
+			c.hint(r.lr, leader)
+		}
 		if leader != addr && !r.followed {
 			r.followed = true
 			return 0, true, nil // the first redirect goes at once
 		}
 	case next:
 		if r.rt != toMember {
-			c.advance(addr)
+			c.advance(r.lr, addr)
 		}
 	}
 	d = c.backoff(r.backoffs)
@@ -257,7 +299,7 @@ func (r *retrier) wait(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return r.giveUp(ctx.Err())
 	case <-r.c.done:
-		return fmt.Errorf("client: %s: %w", r.op, ErrClosed)
+		return fmt.Errorf("client: %s: %w", r.name(), ErrClosed)
 	}
 	return r.expired()
 }
@@ -275,7 +317,7 @@ func (r *retrier) expired() error {
 // ctx ended (ctxErr) or RetryTimeout passed (ctxErr nil).
 func (r *retrier) giveUp(ctxErr error) error {
 	if r.best == nil {
-		return fmt.Errorf("client: %s: %w", r.op, ctxErr)
+		return fmt.Errorf("client: %s: %w", r.name(), ctxErr)
 	}
 	what := "no member reachable"
 	switch {
@@ -286,6 +328,7 @@ func (r *retrier) giveUp(ctxErr error) error {
 	}
 	re := &RetryError{
 		Op:       r.op,
+		Log:      r.log,
 		Attempts: r.attempts,
 		Elapsed:  time.Since(r.start),
 		Tried:    r.tried,

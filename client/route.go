@@ -17,31 +17,54 @@ const (
 	toMember
 )
 
-// current returns the member that requests go to unless they name one.
-func (c *Client) current() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.target
+// leaderRoute is where the requests of one raft group go: a log's, or the
+// catalog's (CreateLog, DeleteLog). Every log has its own, so a NotLeader
+// reply or a failed member moves the requests of that log only.
+type leaderRoute struct {
+	// Guarded by Client.mu:
+	target string // member that requests go to unless they name one
+	leader string // member believed to lead; "" if unknown
 }
 
-// follow moves requests to leader, which a member named as the leader.
-func (c *Client) follow(leader string) {
+// current returns the member that requests of lr go to unless they name
+// one.
+func (c *Client) current(lr *leaderRoute) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return lr.target
+}
+
+// follow moves the requests of lr to leader, which a member named as
+// their leader.
+func (c *Client) follow(lr *leaderRoute, leader string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.learnLocked(leader)
-	c.target = leader
-	c.leader = leader
+	lr.target = leader
+	lr.leader = leader
 }
 
-// advance moves requests from the member at from, which failed, to the
-// next known member, unless another request has moved them already.
-func (c *Client) advance(from string) {
+// hint moves the requests of lr to member, which a member named as one
+// that holds their log (its leader unknown): it may know the leader.
+func (c *Client) hint(lr *leaderRoute, member string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.leader == from {
-		c.leader = ""
+	c.learnLocked(member)
+	lr.target = member
+	if lr.leader != member {
+		lr.leader = ""
 	}
-	if c.target != from {
+}
+
+// advance moves the requests of lr from the member at from, which failed,
+// to the next known member, unless another request has moved them already.
+func (c *Client) advance(lr *leaderRoute, from string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if lr.leader == from {
+		lr.leader = ""
+	}
+	if lr.target != from {
 		return
 	}
 	next := c.addrs[0]
@@ -51,24 +74,31 @@ func (c *Client) advance(from string) {
 			break
 		}
 	}
-	c.target = next
+	lr.target = next
 }
 
-// confirm records that the member at addr served a request that only the
-// leader serves.
-func (c *Client) confirm(addr string) {
+// confirm records that the member at addr served a request of lr that only
+// the leader serves.
+func (c *Client) confirm(lr *leaderRoute, addr string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.target == addr {
-		c.leader = addr
+	if lr.target == addr {
+		lr.leader = addr
 	}
 }
 
-// forgetLeader records that the leader is no longer known.
-func (c *Client) forgetLeader() {
+// forgetLeader records that the leader of lr is no longer known.
+func (c *Client) forgetLeader(lr *leaderRoute) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.leader = ""
+	lr.leader = ""
+}
+
+// leaderOf returns the member believed to lead lr, "" if unknown.
+func (c *Client) leaderOf(lr *leaderRoute) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return lr.leader
 }
 
 // learn remembers the member address addr.

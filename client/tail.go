@@ -30,6 +30,8 @@ type TailOptions struct {
 // one goroutine at a time; Close may be called from any.
 type Tail struct {
 	c      *Client                 // immutable
+	l      *logState               // immutable: the log it streams
+	err    error                   // immutable: set, Next fails with it (an invalid log name)
 	opts   TailOptions             // immutable
 	rt     route                   // immutable
 	ctx    context.Context         // immutable: the caller's, cancelled by Close
@@ -48,7 +50,14 @@ type Tail struct {
 // retained record). Nothing is sent until the first Next. The Tail ends,
 // and releases its stream, when ctx is done, Close is called, or the
 // Client is closed.
+//
+// Tail streams the default log; Log(name).Tail streams another.
 func (c *Client) Tail(ctx context.Context, from uint64, opts TailOptions) *Tail {
+	return c.def.tail(ctx, from, opts)
+}
+
+func (l *logState) tail(ctx context.Context, from uint64, opts TailOptions) *Tail {
+	c := l.c
 	tctx, cancel := context.WithCancelCause(ctx)
 	stop := context.AfterFunc(c.ctx, func() { cancel(ErrClosed) })
 	context.AfterFunc(tctx, func() { stop() })
@@ -56,7 +65,7 @@ func (c *Client) Tail(ctx context.Context, from uint64, opts TailOptions) *Tail 
 	if opts.Stale {
 		rt = toAny
 	}
-	return &Tail{c: c, opts: opts, rt: rt, ctx: tctx, cancel: cancel, next: from}
+	return &Tail{c: c, l: l, opts: opts, rt: rt, ctx: tctx, cancel: cancel, next: from}
 }
 
 // Next returns the next record, waiting for one to commit. Records come in
@@ -69,6 +78,9 @@ func (c *Client) Tail(ctx context.Context, from uint64, opts TailOptions) *Tail 
 // *transport.Error the server ended the stream with that retrying cannot
 // help, such as Trimmed when the next record was trimmed away.
 func (t *Tail) Next() (transport.Record, error) {
+	if t.err != nil {
+		return transport.Record{}, t.err
+	}
 	for {
 		if len(t.buf) > 0 {
 			rec := t.buf[0]
@@ -109,7 +121,7 @@ func (t *Tail) open() error {
 		addr = t.r.addr()
 		t.r.begin(addr)
 	} else {
-		addr = t.c.current()
+		addr = t.c.current(&t.l.route)
 	}
 	deadline := time.Now().Add(t.c.opts.RequestTimeout)
 	if t.r != nil {
@@ -119,7 +131,7 @@ func (t *Tail) open() error {
 	conn, err := t.c.conn(actx, addr)
 	cancel()
 	if err == nil {
-		req := &transport.TailRequest{From: t.next, MaxRecords: t.opts.MaxRecords, MaxBytes: t.opts.MaxBytes, Stale: t.opts.Stale}
+		req := &transport.TailRequest{Log: t.l.name, From: t.next, MaxRecords: t.opts.MaxRecords, MaxBytes: t.opts.MaxBytes, Stale: t.opts.Stale}
 		var st *transport.Stream
 		if st, err = conn.OpenStream(t.ctx, transport.OpTail, req, t.opts.Window); err == nil {
 			t.st, t.addr, t.openedAt = st, addr, time.Now()
@@ -149,7 +161,7 @@ func (t *Tail) retry(addr string, err error) error {
 		return t.endErr()
 	}
 	if t.r == nil {
-		t.r = t.c.newRetrier("tail", t.rt, "", true)
+		t.r = t.l.retrier("tail", t.rt, "", true)
 		t.r.begin(addr)
 	}
 	if err = t.r.failed(t.ctx, addr, err); err != nil {
@@ -165,14 +177,17 @@ func (t *Tail) retry(addr string, err error) error {
 // endErr is the error of a Tail whose context is done.
 func (t *Tail) endErr() error {
 	if cause := context.Cause(t.ctx); errors.Is(cause, ErrClosed) {
-		return fmt.Errorf("client: tail: %w", ErrClosed)
+		return fmt.Errorf("client: %s: %w", opName("tail", t.l.name), ErrClosed)
 	}
-	return fmt.Errorf("client: tail: %w", t.ctx.Err())
+	return fmt.Errorf("client: %s: %w", opName("tail", t.l.name), t.ctx.Err())
 }
 
 // Close ends the Tail: a Next in progress, and every later one, returns an
 // error wrapping ErrClosed. It may be called more than once.
 func (t *Tail) Close() error {
+	if t.cancel == nil {
+		return nil // never started: an invalid log name
+	}
 	t.cancel(ErrClosed)
 	return nil
 }

@@ -98,8 +98,8 @@ func TestTailFromZeroAndStale(t *testing.T) {
 	// The appends moved the client to member 0, which no longer leads.
 	fc.mu.Lock()
 	defer fc.mu.Unlock()
-	if c.current() != fc.members[0].addr || fc.streams[0] != 1 {
-		t.Errorf("the client talks to %s; member 0 served %d streams; want member 0, 1 stream", c.current(), fc.streams[0])
+	if c.current(&c.def.route) != fc.members[0].addr || fc.streams[0] != 1 {
+		t.Errorf("the client talks to %s; member 0 served %d streams; want member 0, 1 stream", c.current(&c.def.route), fc.streams[0])
 	}
 }
 

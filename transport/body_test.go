@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 )
 
 // sampleMessages holds a populated value of every message type, used by
@@ -47,6 +48,34 @@ func sampleMessages() []any {
 		&Credit{Items: 64},
 		&BackupRequest{},
 		&BackupItem{Data: []byte("RLBACKUP\x00\x00\x00\x01")},
+		&AppendRequest{Log: "orders", ClientID: "client-1", Seq: 2, Base: 1, After: 1, Records: [][]byte{[]byte("o")}},
+		&ReadRequest{Log: "orders", From: 3},
+		&TailRequest{Log: "orders-2024_eu", Stale: true},
+		&TrimRequest{Log: "orders", Below: 9},
+		&Error{Code: CodeNotLeader, Message: "n1 does not lead log \"orders\"", MemberID: "n3", MemberAddr: "10.0.0.3:7000"},
+		&CreateLogRequest{Name: "orders", Replicas: 3, RetentionBytes: 1 << 30, RetentionAge: 7 * 24 * time.Hour},
+		&CreateLogRequest{Name: "o"},
+		&CreateLogResponse{Log: LogInfo{Name: "orders", ID: 4, Replicas: 3, State: LogActive, Members: []string{"n2", "n3", "n1"}}},
+		&ListLogsRequest{},
+		&ListLogsResponse{Logs: []LogInfo{
+			{Name: DefaultLog, Replicas: 3, State: LogActive, Members: []string{"n1", "n2", "n3"}, LeaderID: "n1"},
+			{Name: "orders", ID: 4, Replicas: 1, RetentionAge: time.Hour, State: LogDeleting},
+		}},
+		&DescribeLogRequest{},
+		&DescribeLogRequest{Name: "orders"},
+		&DescribeLogResponse{
+			Log:        LogInfo{Name: "orders", ID: 4, Replicas: 3, RetentionBytes: 5000, State: LogActive, Members: []string{"n2", "n3", "n4"}, LeaderID: "n2"},
+			LeaderAddr: "10.0.0.2:7000", FirstIndex: 1, LastIndex: 90, CommitIndex: 90, Bytes: 123456,
+			Members: []LogMember{
+				{NodeID: "n2", ClientAddr: "10.0.0.2:7000", Role: RoleLeader, CaughtUp: true},
+				{NodeID: "n3", Role: RoleFollower},
+				{NodeID: "n4", Role: RolePending},
+				{NodeID: "n1", Role: RoleLeaving, CaughtUp: true},
+			},
+		},
+		&DescribeLogResponse{},
+		&DeleteLogRequest{Name: "orders"},
+		&DeleteLogResponse{Log: LogInfo{Name: "orders", ID: 4, Replicas: 3, State: LogDeleting}},
 	}
 }
 

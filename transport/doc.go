@@ -9,7 +9,9 @@
 //
 // protocol.go documents the format in one place: length-prefixed frames
 // carrying a version, a frame type, an op and a request id, with msgpack
-// bodies. messages.go defines the body of every op.
+// bodies. messages.go defines the body of every op, logs.go those of the
+// named-log ops and the log field of the record ops (protocol.go's "Logs"
+// says how requests name a log and stay compatible with older peers).
 //
 // # Guarantees
 //

@@ -25,16 +25,20 @@ const (
 	// CodeBusy: the connection already has the most requests in flight the
 	// server allows. Retry once one of them completes.
 	CodeBusy Code = 5
-	// CodeNotLeader: the node is not the leader. Error.LeaderID and
-	// Error.LeaderAddr name the leader's client address when it is known.
+	// CodeNotLeader: the node is not the leader (of the log the request
+	// names, or of the catalog for the log operations). Error.LeaderID and
+	// Error.LeaderAddr name the leader's client address when it is known;
+	// for a request that names a log, Error.MemberID and Error.MemberAddr
+	// may name a member of the log to ask instead when the leader is not
+	// known.
 	CodeNotLeader Code = 6
 	// CodeTimeout: the request did not complete in time. Its effect, for an
 	// Append, is unknown; retry with the same client id and sequence number.
 	CodeTimeout Code = 7
 	// CodeUnavailable: the node cannot serve now (no quorum, shutting down).
 	CodeUnavailable Code = 8
-	// CodeNotFound: no such record, node or index (for example past the end
-	// of the log).
+	// CodeNotFound: no such record, node, index (for example past the end
+	// of the log) or log (the message names it).
 	CodeNotFound Code = 9
 	// CodeTrimmed: the requested index is below the first retained record.
 	CodeTrimmed Code = 10
@@ -106,9 +110,19 @@ type Error struct {
 	// Version is the protocol version the server speaks, for
 	// UnsupportedVersion.
 	Version uint8 `msgpack:"version,omitempty"`
+	// MemberID is, for NotLeader to a request that names a log (its log
+	// field is set) or to a log operation, the node id of a member of that
+	// log when its leader is not known: a node that hosts the log, and may
+	// know its leader, to ask next. Servers never set it (nor MemberAddr)
+	// in answers to other requests: clients older than named logs, which
+	// send no others, refuse a body with fields they do not know.
+	MemberID string `msgpack:"member_id,omitempty"`
+	// MemberAddr is the client address of the member MemberID names.
+	MemberAddr string `msgpack:"member_addr,omitempty"`
 }
 
-// Error formats e as "transport: <code>: <message> (leader <id> at <addr>)".
+// Error formats e as "transport: <code>: <message> (leader <id> at <addr>)",
+// or "(member <id> at <addr>)" for a member hint.
 func (e *Error) Error() string {
 	var b strings.Builder
 	b.WriteString("transport: ")
@@ -119,6 +133,9 @@ func (e *Error) Error() string {
 	}
 	if e.LeaderID != "" || e.LeaderAddr != "" {
 		fmt.Fprintf(&b, " (leader %q at %q)", e.LeaderID, e.LeaderAddr)
+	}
+	if e.MemberID != "" || e.MemberAddr != "" {
+		fmt.Fprintf(&b, " (member %q at %q)", e.MemberID, e.MemberAddr)
 	}
 	if e.Code == CodeUnsupportedVersion && e.Version != 0 {
 		fmt.Fprintf(&b, " (server speaks version %d)", e.Version)

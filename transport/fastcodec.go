@@ -74,6 +74,7 @@ const (
 	keyIndex      = "\xa5" + "index"
 	keyIndexes    = "\xa7" + "indexes"
 	keyItems      = "\xa5" + "items"
+	keyLog        = "\xa3" + "log"
 	keyMaxBytes   = "\xa9" + "max_bytes"
 	keyMaxRecords = "\xab" + "max_records"
 	keyNext       = "\xa4" + "next"
@@ -97,7 +98,8 @@ func (s *fields) see(d *mpDec, f fields) {
 	*s |= f
 }
 
-// AppendRequest: after, base, client_id, records, seq.
+// AppendRequest: after, base, client_id, log, records, seq. The log field
+// is left out for the default log: one comparison more per request.
 
 func (m *AppendRequest) msgpackSize() int {
 	n, size := 1, len(keyRecords)+sizeBinArray(m.Records)
@@ -109,6 +111,9 @@ func (m *AppendRequest) msgpackSize() int {
 	}
 	if m.ClientID != "" {
 		n, size = n+1, size+len(keyClientID)+sizeStr(len(m.ClientID))
+	}
+	if m.Log != "" {
+		n, size = n+1, size+len(keyLog)+sizeStr(len(m.Log))
 	}
 	if m.Seq != 0 {
 		n, size = n+1, size+len(keySeq)+sizeUint(m.Seq)
@@ -127,6 +132,9 @@ func (m *AppendRequest) appendMsgpack(b []byte) []byte {
 	if m.ClientID != "" {
 		n++
 	}
+	if m.Log != "" {
+		n++
+	}
 	if m.Seq != 0 {
 		n++
 	}
@@ -139,6 +147,9 @@ func (m *AppendRequest) appendMsgpack(b []byte) []byte {
 	}
 	if m.ClientID != "" {
 		b = appendStr(append(b, keyClientID...), m.ClientID)
+	}
+	if m.Log != "" {
+		b = appendStr(append(b, keyLog...), m.Log)
 	}
 	b = appendBinArray(append(b, keyRecords...), m.Records)
 	if m.Seq != 0 {
@@ -162,6 +173,9 @@ func (m *AppendRequest) decodeMsgpack(b []byte) bool {
 			case name(keyClientID):
 				seen.see(&d, 2)
 				m.ClientID = d.str()
+			case name(keyLog):
+				seen.see(&d, 32)
+				m.Log = d.str()
 			case name(keyRecords):
 				seen.see(&d, 4)
 				m.Records = d.binArray()
@@ -229,12 +243,15 @@ func (m *AppendResponse) decodeMsgpack(b []byte) bool {
 	return true
 }
 
-// ReadRequest, and TailRequest: from, max_bytes, max_records, stale.
+// ReadRequest, and TailRequest: from, log, max_bytes, max_records, stale.
 
 func (m *ReadRequest) msgpackSize() int {
 	n, size := 0, 0
 	if m.From != 0 {
 		n, size = n+1, size+len(keyFrom)+sizeUint(m.From)
+	}
+	if m.Log != "" {
+		n, size = n+1, size+len(keyLog)+sizeStr(len(m.Log))
 	}
 	if m.MaxBytes != 0 {
 		n, size = n+1, size+len(keyMaxBytes)+sizeUint(uint64(m.MaxBytes))
@@ -250,7 +267,7 @@ func (m *ReadRequest) msgpackSize() int {
 
 func (m *ReadRequest) appendMsgpack(b []byte) []byte {
 	n := 0
-	for _, set := range [...]bool{m.From != 0, m.MaxBytes != 0, m.MaxRecords != 0, m.Stale} {
+	for _, set := range [...]bool{m.From != 0, m.Log != "", m.MaxBytes != 0, m.MaxRecords != 0, m.Stale} {
 		if set {
 			n++
 		}
@@ -258,6 +275,9 @@ func (m *ReadRequest) appendMsgpack(b []byte) []byte {
 	b = appendMap(b, n)
 	if m.From != 0 {
 		b = appendUint(append(b, keyFrom...), m.From)
+	}
+	if m.Log != "" {
+		b = appendStr(append(b, keyLog...), m.Log)
 	}
 	if m.MaxBytes != 0 {
 		b = appendUint(append(b, keyMaxBytes...), uint64(m.MaxBytes))
@@ -280,6 +300,9 @@ func (m *ReadRequest) decodeMsgpack(b []byte) bool {
 			case name(keyFrom):
 				seen.see(&d, 1)
 				m.From = d.uint()
+			case name(keyLog):
+				seen.see(&d, 16)
+				m.Log = d.str()
 			case name(keyMaxBytes):
 				seen.see(&d, 2)
 				m.MaxBytes = d.uint32()

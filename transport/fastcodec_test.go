@@ -89,6 +89,12 @@ func TestFastCodecMatchesReflection(t *testing.T) {
 		vals = append(vals, &TailItem{Records: []Record{{Index: 1, AppendedAt: i, Data: []byte{}}}})
 	}
 	for _, n := range edgeLens {
+		name := strings.Repeat("L", n)
+		vals = append(vals,
+			&AppendRequest{Log: name, Records: [][]byte{{1}}},
+			&ReadRequest{Log: name, From: 1},
+			&TailRequest{Log: name, MaxBytes: 7},
+		)
 		vals = append(vals,
 			&AppendRequest{ClientID: strings.Repeat("c", n), Seq: 1, Records: [][]byte{make([]byte, n)}},
 			&AppendRequest{Records: make([][]byte, min(n, MaxBodyElements))},
@@ -132,6 +138,15 @@ func randomMessage(rng *rand.Rand, typ reflect.Type) any {
 		}
 		return p
 	}
+	// logName is empty (the default log) half the time, else a name of a
+	// length around the str encodings' edges (the codec does not check
+	// names; Validate does).
+	logName := func() string {
+		if rng.IntN(2) == 0 {
+			return ""
+		}
+		return strings.Repeat("l", max(1, n(300)))
+	}
 	records := func() []Record {
 		if rng.IntN(6) == 0 {
 			return nil
@@ -144,7 +159,7 @@ func randomMessage(rng *rand.Rand, typ reflect.Type) any {
 	}
 	switch typ {
 	case reflect.TypeFor[AppendRequest]():
-		r := &AppendRequest{Seq: u(), Base: u(), After: u(), ClientID: strings.Repeat("id", n(300)/2)}
+		r := &AppendRequest{Seq: u(), Base: u(), After: u(), ClientID: strings.Repeat("id", n(300)/2), Log: logName()}
 		if rng.IntN(6) != 0 {
 			r.Records = make([][]byte, n(40))
 			for j := range r.Records {
@@ -162,9 +177,9 @@ func randomMessage(rng *rand.Rand, typ reflect.Type) any {
 		}
 		return r
 	case reflect.TypeFor[ReadRequest]():
-		return &ReadRequest{From: u(), MaxRecords: uint32(u()), MaxBytes: uint32(u()), Stale: rng.IntN(2) == 0}
+		return &ReadRequest{From: u(), MaxRecords: uint32(u()), MaxBytes: uint32(u()), Stale: rng.IntN(2) == 0, Log: logName()}
 	case reflect.TypeFor[TailRequest]():
-		return &TailRequest{From: u(), MaxRecords: uint32(u()), MaxBytes: uint32(u()), Stale: rng.IntN(2) == 0}
+		return &TailRequest{From: u(), MaxRecords: uint32(u()), MaxBytes: uint32(u()), Stale: rng.IntN(2) == 0, Log: logName()}
 	case reflect.TypeFor[ReadResponse]():
 		return &ReadResponse{Records: records(), Next: u()}
 	case reflect.TypeFor[TailItem]():
@@ -270,6 +285,9 @@ func TestFastDecodeFallsBack(t *testing.T) {
 		{"nil record", &ReadResponse{}, cat([]byte{0x81}, key(keyRecords), []byte{0x91, 0xc0})},
 		{"uint appended at", &TailItem{}, cat([]byte{0x81}, key(keyRecords), []byte{0x91, 0x81}, key(keyAppendedAt), []byte{0xcc, 200})},
 		{"huge appended at", &TailItem{}, cat([]byte{0x81}, key(keyRecords), []byte{0x91, 0x81}, key(keyAppendedAt), []byte{0xcf, 0xff, 0, 0, 0, 0, 0, 0, 0})},
+		{"repeated log", &ReadRequest{}, cat([]byte{0x82}, key(keyLog), []byte{0xa1, 'a'}, key(keyLog), []byte{0xa1, 'b'})},
+		{"bin log", &AppendRequest{}, cat([]byte{0x82}, key(keyLog), []byte{0xc4, 1, 'a'}, key(keyRecords), []byte{0x91, 0xc4, 1, 'x'})},
+		{"int log", &TailRequest{}, cat([]byte{0x81}, key(keyLog), []byte{1})},
 		{"array at the top", &Credit{}, []byte{0x91, 1}},
 		{"empty", &Credit{}, nil},
 		{"too many elements", &AppendResponse{}, cat([]byte{0x81}, key(keyIndexes), []byte{0xdd, 0, 1, 0, 1}, bytes.Repeat([]byte{1}, MaxBodyElements+1))},

@@ -135,6 +135,8 @@ func FuzzFastCodec(f *testing.F) {
 	f.Add([]byte("\x81\xa7records\x91\x83\xa5index\x01\xa4data\xc4\x00\xabappended_at\xd0\x80"))
 	f.Add([]byte("\x81\xa7indexes\xdc\x00\x02\x01\xcf\x00\x00\x00\x00\x00\x00\x00\x02"))
 	f.Add([]byte("\x81\xa5items\xce\x00\x00\x00\x10"))
+	f.Add([]byte("\x82\xa3log\xa6orders\xa7records\x91\xc4\x01a"))
+	f.Add([]byte("\x83\xa4from\x05\xa3log\xd9\x06orders\xa5stale\xc3"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		for _, typ := range fastTypes() {
 			fast := reflect.New(typ).Interface()

@@ -33,6 +33,18 @@ const (
 	// OpBackup streams a backup of the log and the state (backup.go):
 	// BackupRequest, then BackupItem stream items.
 	OpBackup Op = 9
+	// OpCreateLog creates a named log (logs.go): CreateLogRequest,
+	// CreateLogResponse.
+	OpCreateLog Op = 10
+	// OpListLogs lists the cluster's logs: ListLogsRequest,
+	// ListLogsResponse.
+	OpListLogs Op = 11
+	// OpDescribeLog describes one log, its members and indexes:
+	// DescribeLogRequest, DescribeLogResponse.
+	OpDescribeLog Op = 12
+	// OpDeleteLog deletes a named log and its data on every member:
+	// DeleteLogRequest, DeleteLogResponse.
+	OpDeleteLog Op = 13
 )
 
 // Request is implemented by every request type. Serve decodes a request
@@ -80,6 +92,10 @@ var ops = [...]opInfo{
 	OpTransferLeadership: opOf[TransferLeadershipRequest, *TransferLeadershipRequest, TransferLeadershipResponse]("TransferLeadership", false),
 	OpTrim:               opOf[TrimRequest, *TrimRequest, TrimResponse]("Trim", false),
 	OpBackup:             opOf[BackupRequest, *BackupRequest, BackupItem]("Backup", true),
+	OpCreateLog:          opOf[CreateLogRequest, *CreateLogRequest, CreateLogResponse]("CreateLog", false),
+	OpListLogs:           opOf[ListLogsRequest, *ListLogsRequest, ListLogsResponse]("ListLogs", false),
+	OpDescribeLog:        opOf[DescribeLogRequest, *DescribeLogRequest, DescribeLogResponse]("DescribeLog", false),
+	OpDeleteLog:          opOf[DeleteLogRequest, *DeleteLogRequest, DeleteLogResponse]("DeleteLog", false),
 }
 
 func (op Op) info() (opInfo, bool) {
@@ -159,11 +175,18 @@ type AppendRequest struct {
 	After uint64 `msgpack:"after,omitempty"`
 	// Records are the records to append, in order; at least one.
 	Records [][]byte `msgpack:"records"`
+	// Log names the log (see logs.go); empty for the default log, and
+	// left out of the body then, so that the request is the one a server
+	// older than named logs reads. "default" names the default log too.
+	Log string `msgpack:"log,omitempty"`
 }
 
 // Validate checks the record count and sizes and the session fields.
 func (r *AppendRequest) Validate(l Limits) error {
 	l = l.fill()
+	if err := checkLogField(r.Log); err != nil {
+		return err
+	}
 	switch {
 	case len(r.Records) == 0:
 		return errorf(CodeBadRequest, "append of no records")
@@ -214,10 +237,18 @@ type ReadRequest struct {
 	// Stale allows any node to answer from its own log without confirming
 	// leadership: faster, but possibly behind.
 	Stale bool `msgpack:"stale,omitempty"`
+	// Log names the log (see logs.go); empty for the default log, and
+	// left out of the body then, so that the request is the one a server
+	// older than named logs reads. "default" names the default log too.
+	Log string `msgpack:"log,omitempty"`
 }
 
-// Validate checks the bounds against l and replaces zero bounds by l's.
+// Validate checks the log name and the bounds against l, and replaces
+// zero bounds by l's.
 func (r *ReadRequest) Validate(l Limits) error {
+	if err := checkLogField(r.Log); err != nil {
+		return err
+	}
 	return checkReadBounds(&r.MaxRecords, &r.MaxBytes, l)
 }
 
@@ -260,11 +291,18 @@ type TailRequest struct {
 	MaxBytes uint32 `msgpack:"max_bytes,omitempty"`
 	// Stale allows a follower to serve the stream from its own log.
 	Stale bool `msgpack:"stale,omitempty"`
+	// Log names the log (see logs.go); empty for the default log, and
+	// left out of the body then, so that the request is the one a server
+	// older than named logs reads. "default" names the default log too.
+	Log string `msgpack:"log,omitempty"`
 }
 
-// Validate checks the per-item bounds against l and replaces zero bounds
-// by l's.
+// Validate checks the log name and the per-item bounds against l, and
+// replaces zero bounds by l's.
 func (r *TailRequest) Validate(l Limits) error {
+	if err := checkLogField(r.Log); err != nil {
+		return err
+	}
 	return checkReadBounds(&r.MaxRecords, &r.MaxBytes, l)
 }
 
@@ -474,10 +512,17 @@ type TransferLeadershipResponse struct{}
 type TrimRequest struct {
 	// Below is the first index to keep; at least 1.
 	Below uint64 `msgpack:"below"`
+	// Log names the log (see logs.go); empty for the default log, and
+	// left out of the body then, so that the request is the one a server
+	// older than named logs reads. "default" names the default log too.
+	Log string `msgpack:"log,omitempty"`
 }
 
-// Validate checks that Below is set.
+// Validate checks the log name and that Below is set.
 func (r *TrimRequest) Validate(Limits) error {
+	if err := checkLogField(r.Log); err != nil {
+		return err
+	}
 	if r.Below == 0 {
 		return errorf(CodeBadRequest, "trim below index 0")
 	}

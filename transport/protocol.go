@@ -81,6 +81,60 @@ package transport
 // map from field names (the msgpack tags in messages.go) to values, as
 // written by EncodeBody; see DecodeBody for what a reader rejects.
 //
+// # Logs
+//
+// A cluster serves many logs, each its own raft group with its own leader.
+// Every record operation (Append, Read, Tail, Trim) names its log in the
+// string field "log" of its body: 1 to 64 characters of A-Z, a-z, 0-9,
+// '_' and '-', starting with a letter or a digit, case-sensitive (logs.go,
+// CheckLogName). A body without the field means the log named "default",
+// which always exists: it is the single log of the versions before named
+// logs, so their requests keep their meaning. A body may also name
+// "default"; clients leave the field out for it instead.
+//
+// Compatibility rule: a reader refuses a body with a field it does not
+// know (see DecodeBody), so a field that old peers do not know is only
+// ever sent to peers that asked for it. Requests for the default log carry
+// no log field: they are byte for byte the requests of the version before,
+// and a server of that version serves them. A request naming another log
+// is refused by such a server with BadRequest (the message ends "with key
+// log"), and the log operations below with UnknownOp: that server does not
+// serve named logs, and it never takes such a request for one of the
+// default log. A server likewise puts Error.MemberID and Error.MemberAddr
+// only in answers to requests that name a log and to the log operations,
+// which older clients never send.
+//
+// Operations on logs (logs.go):
+//
+//	op  name         request             response
+//	10  CreateLog    CreateLogRequest    CreateLogResponse    at the catalog's leader
+//	11  ListLogs     ListLogsRequest     ListLogsResponse     at any node
+//	12  DescribeLog  DescribeLogRequest  DescribeLogResponse  at the log's leader
+//	13  DeleteLog    DeleteLogRequest    DeleteLogResponse    at the catalog's leader
+//
+// Errors of named logs:
+//
+//   - NotFound, the message naming the log (log "orders" does not
+//     exist): a record operation, DescribeLog or DeleteLog names a log
+//     that does not exist, or one being deleted.
+//   - FailedPrecondition, the message naming the log (log "orders"
+//     exists already): CreateLog of a name that exists, deleting or not.
+//   - BadRequest: an invalid name, or a CreateLog or DeleteLog of
+//     "default", which always exists.
+//   - NotLeader: the node does not lead the log the request names (it may
+//     not even hold it), or, for CreateLog and DeleteLog, the catalog.
+//     Error.LeaderID and Error.LeaderAddr name that log's (or the
+//     catalog's) leader when the node knows it; otherwise Error.MemberID
+//     and Error.MemberAddr may name a member of the log, which hosts it and
+//     may know its leader, to ask next. The hint is always about the log
+//     the request names: a client keeps a leader per log, and one log's
+//     NotLeader says nothing of another's.
+//
+// Sessions (AppendRequest.ClientID and Seq) are per log: each log's state
+// machine keeps its own, so a client numbers the appends of each log
+// apart, from 1 (the Go client also gives each named log a client id of
+// its own, see package client).
+//
 // # Limits and faults
 //
 // A server never stops reading a connection while it has requests in flight

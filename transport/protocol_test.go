@@ -217,6 +217,12 @@ func TestNames(t *testing.T) {
 	if r, ok := NewRequest(OpJoin); !ok || reflect.TypeOf(r) != reflect.TypeFor[*JoinRequest]() {
 		t.Fatalf("NewRequest(OpJoin) = %T", r)
 	}
+	if OpCreateLog.String() != "CreateLog" || OpDeleteLog.String() != "DeleteLog" || OpListLogs.Streaming() || !OpDescribeLog.Valid() {
+		t.Fatal("log ops")
+	}
+	if r, ok := NewRequest(OpDescribeLog); !ok || reflect.TypeOf(r) != reflect.TypeFor[*DescribeLogRequest]() {
+		t.Fatalf("NewRequest(OpDescribeLog) = %T", r)
+	}
 	if _, ok := NewRequest(Op(99)); ok {
 		t.Fatal("NewRequest of an unknown op")
 	}

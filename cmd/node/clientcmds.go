@@ -153,6 +153,7 @@ const appendBatchBytes = 1 << 20
 func cmdAppend(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var stdin bool
+	var logName string
 	batch, inFlight := 100, 16
 	fs := newFlagSet(e, "append", "[record ...]", `
 Appends records, given as arguments or read as lines from stdin, and prints
@@ -169,8 +170,12 @@ after them were not, or may have been if they were already in flight.`)
 	fs.BoolVar(&stdin, "stdin", false, "append the lines of stdin (without their line ends) instead of arguments")
 	fs.IntVar(&batch, "batch", batch, "with --stdin, send up to this many `lines` in one append")
 	fs.IntVar(&inFlight, "in-flight", inFlight, "with --stdin, keep up to this many `appends` in flight")
+	logFlag(fs, &logName, "append to")
 	rest, err := fs.parse(args)
 	if err != nil {
+		return err
+	}
+	if err := checkLogFlag(logName); err != nil {
 		return err
 	}
 	switch {
@@ -195,6 +200,7 @@ after them were not, or may have been if they were already in flight.`)
 		return err
 	}
 	defer c.Close()
+	lg := c.Log(logName)
 	w := bufio.NewWriter(e.stdout)
 	defer w.Flush()
 	if !stdin {
@@ -202,7 +208,7 @@ after them were not, or may have been if they were already in flight.`)
 		for i, r := range rest {
 			recs[i] = []byte(r)
 		}
-		idx, err := c.Append(ctx, recs...)
+		idx, err := lg.Append(ctx, recs...)
 		if err != nil {
 			return err
 		}
@@ -211,13 +217,13 @@ after them were not, or may have been if they were already in flight.`)
 		}
 		return nil
 	}
-	return appendLines(ctx, c, e.stdin, w, batch, inFlight)
+	return appendLines(ctx, lg, e.stdin, w, batch, inFlight)
 }
 
 // appendLines appends the lines of r, batch lines per append, with up to
 // inFlight appends in flight, and prints their indexes to w in input order
 // as they commit. It stops at the first append that fails.
-func appendLines(ctx context.Context, c *client.Client, r io.Reader, w *bufio.Writer, batch, inFlight int) error {
+func appendLines(ctx context.Context, lg *client.Log, r io.Reader, w *bufio.Writer, batch, inFlight int) error {
 	type sent struct {
 		f           *client.AppendFuture
 		first, last int // its lines, from 1
@@ -257,7 +263,7 @@ func appendLines(ctx context.Context, c *client.Client, r io.Reader, w *bufio.Wr
 	var recs [][]byte
 	size, line, first := 0, 0, 1
 	send := func() {
-		futs <- sent{c.AppendAsync(ctx, recs...), first, line}
+		futs <- sent{lg.AppendAsync(ctx, recs...), first, line}
 		recs, size, first = nil, 0, line+1
 	}
 	for ctx.Err() == nil && sc.Scan() {
@@ -339,6 +345,7 @@ func cmdRead(ctx context.Context, e *env, args []string) error {
 	var from uint64
 	var maxRecs uint32
 	var stale, quote, asJSON bool
+	var logName string
 	fs := newFlagSet(e, "read", "", `
 Prints committed records from an index on, one a line: index<TAB>data,
 page after page (each as large as the node allows: 4096 records or 8MiB by
@@ -354,7 +361,11 @@ appended the record, and its data in base64.`)
 	fs.Var(uint32Value{&maxRecs}, "max", "print at most this many `records`; 0: all, up to the end of the log")
 	fs.BoolVar(&stale, "stale", false, "let the first reachable member in --addrs answer from its own log, leader or not (may be behind)")
 	recordFormatFlags(fs, &quote, &asJSON)
+	logFlag(fs, &logName, "read")
 	if err := parseRecordCmd(fs, &cf, args, &quote, &asJSON); err != nil {
+		return err
+	}
+	if err := checkLogFlag(logName); err != nil {
 		return err
 	}
 	c, err := cf.dial(ctx)
@@ -362,6 +373,7 @@ appended the record, and its data in base64.`)
 		return err
 	}
 	defer c.Close()
+	lg := c.Log(logName)
 	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote, json: asJSON}
 	defer p.w.Flush()
 	next, printed := from, uint32(0)
@@ -371,7 +383,7 @@ appended the record, and its data in base64.`)
 		if maxRecs > 0 && maxRecs-printed < transport.DefaultMaxReadRecords {
 			want = maxRecs - printed + 1 // one more, to tell whether more follow
 		}
-		recs, nx, err := c.Read(ctx, next, client.ReadOptions{MaxRecords: want, Stale: stale})
+		recs, nx, err := lg.Read(ctx, next, client.ReadOptions{MaxRecords: want, Stale: stale})
 		if err != nil {
 			return err
 		}
@@ -379,7 +391,7 @@ appended the record, and its data in base64.`)
 			break
 		}
 		if end == 0 {
-			end = readEnd(ctx, c, recs[len(recs)-1].Index)
+			end = readEnd(ctx, c, lg, recs[len(recs)-1].Index)
 		}
 		for _, r := range recs {
 			if r.Index > end {
@@ -412,8 +424,16 @@ appended the record, and its data in base64.`)
 // it had committed (or, for a stale read, applied) when it served the
 // page, so nothing committed before the read began is left out, and the
 // read ends even while appends go on. If the member does not answer, the
-// read goes on until a page comes back empty.
-func readEnd(ctx context.Context, c *client.Client, last uint64) uint64 {
+// read goes on until a page comes back empty. For a named log, lg, it is
+// the last index of the log as its leader has it.
+func readEnd(ctx context.Context, c *client.Client, lg *client.Log, last uint64) uint64 {
+	if lg.Name() != transport.DefaultLog {
+		d, err := lg.Describe(ctx)
+		if err != nil {
+			return math.MaxUint64
+		}
+		return max(d.LastIndex, last)
+	}
 	st, err := c.Status(ctx, "") // the member reads go to
 	if err != nil {
 		return math.MaxUint64
@@ -426,6 +446,7 @@ func cmdTail(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var from uint64
 	var stale, quote, asJSON bool
+	var logName string
 	fs := newFlagSet(e, "tail", "", `
 Prints records from an index on as they commit, one a line (index<TAB>data,
 or with --json a JSON object as 'node read --json' prints), until Ctrl-C.
@@ -435,7 +456,11 @@ up after --timeout without progress.`)
 	fs.Uint64Var(&from, "from", 0, "the first `index` to print; 0: the first retained record")
 	fs.BoolVar(&stale, "stale", false, "let the first reachable member in --addrs serve the stream from its own log, leader or not")
 	recordFormatFlags(fs, &quote, &asJSON)
+	logFlag(fs, &logName, "tail")
 	if err := parseRecordCmd(fs, &cf, args, &quote, &asJSON); err != nil {
+		return err
+	}
+	if err := checkLogFlag(logName); err != nil {
 		return err
 	}
 	c, err := cf.dial(ctx)
@@ -443,7 +468,7 @@ up after --timeout without progress.`)
 		return err
 	}
 	defer c.Close()
-	t := c.Tail(ctx, from, client.TailOptions{Stale: stale})
+	t := c.Log(logName).Tail(ctx, from, client.TailOptions{Stale: stale})
 	defer t.Close()
 	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote, json: asJSON}
 	for {
@@ -781,24 +806,34 @@ Asks the leader to hand leadership over to another voter: the one named by
 func cmdTrim(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var below uint64
+	var logName string
 	fs := newFlagSet(e, "trim", "", `
-Drops every record below an index, on every node. It cannot be undone.`)
+Drops every record of a log below an index, on every node. It cannot be
+undone.`)
 	cf.define(fs)
 	fs.Uint64Var(&below, "below", 0, "the first `index` to keep (required; never taken from the environment)")
+	logFlag(fs, &logName, "trim")
 	if err := parseClusterCmd(fs, &cf, args); err != nil {
 		return err
 	}
 	if below == 0 {
 		return usagef("no index: give --below N, the first index to keep")
 	}
+	if err := checkLogFlag(logName); err != nil {
+		return err
+	}
 	c, err := cf.dial(ctx)
 	if err != nil {
 		return err
 	}
 	defer c.Close()
-	idx, err := c.Trim(ctx, below)
+	idx, err := c.Log(logName).Trim(ctx, below)
 	if err != nil {
 		return err
+	}
+	if logName != transport.DefaultLog {
+		fmt.Fprintf(e.stdout, "trimmed the records of log %s below index %d (trim command at index %d)\n", logName, below, idx)
+		return nil
 	}
 	fmt.Fprintf(e.stdout, "trimmed the records below index %d (trim command at index %d)\n", below, idx)
 	return nil

@@ -5,6 +5,8 @@
 //	node append --addrs 10.0.0.1:7000 hello world
 //	node read --addrs 10.0.0.1:7000 --from 1
 //	node status --addrs 10.0.0.1:7000,10.0.0.2:7000,10.0.0.3:7000
+//	node log create --addrs 10.0.0.1:7000 orders --replicas 3
+//	node append --addrs 10.0.0.1:7000 --log orders "order 1234 shipped"
 //	node backup --addrs 10.0.0.1:7000 --out raftlog.backup
 //	node restore --in raftlog.backup --id n1 --data-dir /var/lib/raftlog --bootstrap n1=10.0.0.1:7001,...
 //	node demo --once
@@ -66,6 +68,7 @@ var commands = []command{
 	{"remove", "remove a node from the cluster", cmdRemove},
 	{"transfer", "hand leadership over to another node", cmdTransfer},
 	{"trim", "drop every record below an index", cmdTrim},
+	{"log", "create, list, describe and delete logs (node log help)", cmdLog},
 	{"repair", "cut a stopped node's log back before a damaged record", cmdRepair},
 	{"backup", "write a backup of the log and state of a running cluster to a file", cmdBackup},
 	{"restore", "write a new member's data dir from a backup", cmdRestore},
