@@ -58,10 +58,10 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 	if _, err := n.linearize(ctx); err != nil {
 		return err
 	}
-	applied := n.fsm.applied.Load()
-	pin := n.snap.hold()
+	applied := n.fsm.Applied.Load()
+	pin := n.snap.Hold()
 	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { n.snap.release(pin) }) }
+	release := func() { releaseOnce.Do(func() { n.snap.Release(pin) }) }
 	defer release()
 	f, err := n.backupPoint(applied)
 	if err != nil {
@@ -99,7 +99,7 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 		ledger uint64 // the entries' size as the state's byte ledger counts it
 	)
 	for idx := f.floor; idx <= f.meta.Index; idx++ {
-		if err := n.view.getLog(idx, &l); err != nil {
+		if err := n.view.GetLog(idx, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
 				return &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf(
 					"backup of index %d: entry %d is no longer on node %s (a snapshot from a new leader replaced its log, or it was deleted after a trim); take the backup again", f.meta.Index, idx, n.cfg.ID)}
@@ -109,7 +109,7 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		ledger += streamRecordSize(len(l.Data))
+		ledger += StreamRecordSize(len(l.Data))
 		if err := w.Add(backup.Entry{Index: idx, Term: l.Term, AppendedAt: l.AppendedAt.UnixNano(), Data: l.Data}); err != nil {
 			return err
 		}
@@ -133,11 +133,11 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 
 // backupPoint takes a snapshot for a backup and returns the newest one,
 // which covers at least index applied.
-func (n *Node) backupPoint(applied uint64) (*snapFile, error) {
+func (n *Node) backupPoint(applied uint64) (*SnapFile, error) {
 	if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		return nil, n.raftError(err)
 	}
-	files, err := n.snap.files()
+	files, err := n.snap.Files()
 	if err != nil {
 		return nil, err
 	}
@@ -238,25 +238,25 @@ func (p *logPin) drop() {
 	delete(p.set.pins, p)
 }
 
-// hold pins every entry the node holds now. Taken under mu, so that no
+// Hold pins every entry the node holds now. Taken under mu, so that no
 // deletion runs between reading the lowest index and pinning it.
-func (s *snapStore) hold() *logPin {
+func (s *SnapStore) Hold() *logPin {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.view.pins.add(s.view.first())
+	return s.view.pins.add(s.view.First())
 }
 
-// release drops pin and deletes the entries it kept that the newest
+// Release drops pin and deletes the entries it kept that the newest
 // snapshot's floor no longer retains.
-func (s *snapStore) release(pin *logPin) {
+func (s *SnapStore) Release(pin *logPin) {
 	pin.drop()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	files, err := s.files()
+	files, err := s.Files()
 	if err != nil || len(files) == 0 {
 		return // the next snapshot deletes them
 	}
-	if err := s.view.deleteBelow(files[0].floor, files[0].meta.Index); err != nil {
+	if err := s.view.DeleteBelow(files[0].floor, files[0].meta.Index); err != nil {
 		s.logger.Warn("deleting the trimmed entries a backup kept; the next snapshot does it", "error", err)
 	}
 }

@@ -68,14 +68,14 @@ func damaged(dir string, err error) error {
 // than a panic in raft.
 func (n *Node) checkRaftLog() error {
 	var from uint64 = 1
-	if p := n.snap.latest.Load(); p != nil {
+	if p := n.snap.Latest.Load(); p != nil {
 		from = p.index + 1
 	}
-	_, last := bounds(n.view.live)
+	_, last := bounds(n.view.Live)
 	if last == 0 {
 		return nil
 	}
-	store := failStopStore{Store: n.view.live, n: n}
+	store := failStopStore{Store: n.view.Live, n: n}
 	var l raft.Log
 	check := func(i uint64) error {
 		if err := store.GetLog(i, &l); err != nil {

@@ -47,7 +47,7 @@ func (s failStopStore) StoreLog(l *raft.Log) error { return s.check(s.Store.Stor
 func (s failStopStore) StoreLogs(logs []*raft.Log) error {
 	err := s.check(s.Store.StoreLogs(logs))
 	if err == nil {
-		s.n.prop.stored()
+		s.n.prop.Stored()
 	}
 	return err
 }
@@ -88,7 +88,7 @@ func (failStopStore) IsMonotonic() bool { return false }
 func (s failStopStore) GetLog(index uint64, out *raft.Log) error {
 	err := s.Store.GetLog(index, out)
 	if errors.Is(err, raft.ErrLogNotFound) {
-		if p := s.n.snap.latest.Load(); p != nil && p.index == index {
+		if p := s.n.snap.Latest.Load(); p != nil && p.index == index {
 			*out = raft.Log{Index: p.index, Term: p.term, Type: raft.LogNoop}
 			return nil
 		}

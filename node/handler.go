@@ -71,7 +71,7 @@ func (n *Node) notLeader() *transport.Error {
 	_, id := n.raft.LeaderWithID()
 	e := &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s is not the leader", n.cfg.ID), LeaderID: string(id)}
 	if id != "" {
-		e.LeaderAddr = n.fsm.member(string(id))
+		e.LeaderAddr = n.fsm.Member(string(id))
 	}
 	return e
 }
@@ -124,14 +124,14 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 		return nil, err
 	}
 	if r.ClientID != "" {
-		if idx, ok := n.fsm.lookup(r.ClientID, r.Seq); ok {
+		if idx, ok := n.fsm.Lookup(r.ClientID, r.Seq); ok {
 			return &transport.AppendResponse{Indexes: idx, Duplicate: true}, nil
 		}
 	}
 	cmds := make([][]byte, len(r.Records))
 	total := uint64(len(r.Records))
 	for i, rec := range r.Records {
-		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+40), r.ClientID, r.Seq, uint64(i), total, r.Base, r.After, rec)
+		cmds[i] = AppendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+40), r.ClientID, r.Seq, uint64(i), total, r.Base, r.After, rec)
 	}
 	// The appends of one connection go to raft in the order they arrived,
 	// so that one sent after another (AppendRequest.After) normally lands
@@ -140,18 +140,18 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	if err := turn.Wait(ctx); err != nil {
 		return nil, err
 	}
-	pr := n.prop.propose(cmds)
+	pr := n.prop.Propose(cmds)
 	turn.Pass()
 	futures := pr.futures
 	for _, f := range futures {
 		f.Error()
 	}
-	n.prop.finish(pr)
+	n.prop.Finish(pr)
 	var (
 		firstErr error
 		reached  bool // some entry reached raft's log: the append may be stored in part
 		resp     = &transport.AppendResponse{}
-		results  = make([]appendResult, len(futures))
+		results  = make([]AppendResult, len(futures))
 	)
 	for i, f := range futures {
 		if err := f.Error(); err != nil {
@@ -162,19 +162,19 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 			continue
 		}
 		reached = true
-		res, ok := f.Response().(appendResult)
+		res, ok := f.Response().(AppendResult)
 		if !ok {
 			return nil, fmt.Errorf("node: unexpected apply result %T", f.Response())
 		}
 		results[i] = res
-		resp.Duplicate = resp.Duplicate || res.dup
-		if res.err != nil && errors.Is(res.err, errSessionExpired) {
+		resp.Duplicate = resp.Duplicate || res.Dup
+		if res.Err != nil && errors.Is(res.Err, ErrSessionExpired) {
 			n.metrics.refusedAppends.WithLabelValues(refusedSession).Inc()
-			return nil, &transport.Error{Code: transport.CodeSessionExpired, Message: res.err.Error()}
+			return nil, &transport.Error{Code: transport.CodeSessionExpired, Message: res.Err.Error()}
 		}
-		if res.err != nil && errors.Is(res.err, errOutOfOrder) {
+		if res.Err != nil && errors.Is(res.Err, ErrOutOfOrder) {
 			n.metrics.refusedAppends.WithLabelValues(refusedOrder).Inc()
-			return nil, &transport.Error{Code: transport.CodeBusy, Message: res.err.Error()}
+			return nil, &transport.Error{Code: transport.CodeBusy, Message: res.Err.Error()}
 		}
 	}
 	if firstErr != nil {
@@ -188,15 +188,15 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	}
 	if r.ClientID == "" {
 		for _, res := range results {
-			resp.Indexes = append(resp.Indexes, res.indexes...)
+			resp.Indexes = append(resp.Indexes, res.Indexes...)
 		}
 		return resp, nil
 	}
-	if last := results[len(results)-1]; last.indexes != nil {
-		resp.Indexes = last.indexes
+	if last := results[len(results)-1]; last.Indexes != nil {
+		resp.Indexes = last.Indexes
 		return resp, nil
 	}
-	if idx, ok := n.fsm.lookup(r.ClientID, r.Seq); ok {
+	if idx, ok := n.fsm.Lookup(r.ClientID, r.Seq); ok {
 		resp.Indexes = idx
 		return resp, nil
 	}
@@ -244,7 +244,7 @@ func (n *Node) linearize(ctx context.Context) (*leaderStint, error) {
 		}
 	}
 	for {
-		applied, wake := n.fsm.appliedCh()
+		applied, wake := n.fsm.AppliedCh()
 		if applied >= ci {
 			return s, nil
 		}
@@ -264,7 +264,7 @@ func (n *Node) read(ctx context.Context, r *transport.ReadRequest) (*transport.R
 			return nil, err
 		}
 	}
-	recs, next, err := n.readRecords(r.From, n.fsm.applied.Load(), int(r.MaxRecords), int(r.MaxBytes))
+	recs, next, err := n.readRecords(r.From, n.fsm.Applied.Load(), int(r.MaxRecords), int(r.MaxBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -275,12 +275,12 @@ func (n *Node) read(ctx context.Context, r *transport.ReadRequest) (*transport.R
 // (beyond the first) maxBytes of data, skipping raft's own entries, control
 // commands and void entries. It returns the index to continue from.
 func (n *Node) readRecords(from, upTo uint64, maxRecords, maxBytes int) ([]transport.Record, uint64, error) {
-	rv := n.fsm.readView()
+	rv := n.fsm.ReadView()
 	if from == 0 {
-		from = rv.floor
+		from = rv.Floor
 	}
-	if from < rv.floor {
-		return nil, from, &transport.Error{Code: transport.CodeTrimmed, Message: fmt.Sprintf("index %d is trimmed; the first retained index is %d", from, rv.floor)}
+	if from < rv.Floor {
+		return nil, from, &transport.Error{Code: transport.CodeTrimmed, Message: fmt.Sprintf("index %d is trimmed; the first retained index is %d", from, rv.Floor)}
 	}
 	var (
 		recs  []transport.Record
@@ -289,8 +289,8 @@ func (n *Node) readRecords(from, upTo uint64, maxRecords, maxBytes int) ([]trans
 		idx   = from
 	)
 	for ; idx <= upTo && len(recs) < maxRecords; idx++ {
-		if err := n.view.getLog(idx, &l); err != nil {
-			if floor := n.fsm.readView().floor; floor > idx {
+		if err := n.view.GetLog(idx, &l); err != nil {
+			if floor := n.fsm.ReadView().Floor; floor > idx {
 				if len(recs) > 0 {
 					break // return what was read; the next read reports the trim
 				}
@@ -301,10 +301,10 @@ func (n *Node) readRecords(from, upTo uint64, maxRecords, maxBytes int) ([]trans
 			}
 			return nil, idx, fmt.Errorf("node: read index %d: %w", idx, err)
 		}
-		if l.Type != raft.LogCommand || rv.void(idx) {
+		if l.Type != raft.LogCommand || rv.Void(idx) {
 			continue
 		}
-		payload, ok := recordPayload(l.Data)
+		payload, ok := RecordPayload(l.Data)
 		if !ok {
 			continue
 		}
@@ -328,7 +328,7 @@ func (n *Node) tail(ctx context.Context, r *transport.TailRequest, st *transport
 	}
 	next := r.From
 	for {
-		applied, wake := n.fsm.appliedCh()
+		applied, wake := n.fsm.AppliedCh()
 		recs, nx, err := n.readRecords(next, applied, int(r.MaxRecords), int(r.MaxBytes))
 		if err != nil {
 			return err
@@ -407,8 +407,8 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 		resp.Index = f.Index()
 		n.cfg.Logger.Info("added nonvoter", "id", r.NodeID, "raft", r.RaftAddr)
 	}
-	if n.fsm.member(r.NodeID) != r.ClientAddr {
-		f := n.raft.Apply(encodeMemberCmd(r.NodeID, r.ClientAddr), enqueueTimeout)
+	if n.fsm.Member(r.NodeID) != r.ClientAddr {
+		f := n.raft.Apply(EncodeMemberCmd(r.NodeID, r.ClientAddr), enqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
@@ -447,7 +447,7 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	if self {
 		// Forget the leader's own client address first: once removed,
 		// it leads no more and could not.
-		if err := n.raft.Apply(encodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+		if err := n.raft.Apply(EncodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
 			return nil, n.raftError(err)
 		}
 	}
@@ -457,7 +457,7 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	}
 	if !self {
 		// After the removal, so that the node cannot record it again.
-		if err := n.raft.Apply(encodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+		if err := n.raft.Apply(EncodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
 			n.cfg.Logger.Warn("forgetting a removed node's client address", "id", r.NodeID, "error", err)
 		}
 	}
@@ -527,7 +527,7 @@ func (n *Node) trim(ctx context.Context, r *transport.TrimRequest) (*transport.T
 	if last := n.raft.LastIndex(); r.Below > last+1 {
 		return nil, &transport.Error{Code: transport.CodeBadRequest, Message: fmt.Sprintf("trim below %d is past the end of the log (last index %d)", r.Below, last)}
 	}
-	f := n.raft.Apply(encodeTrimCmd(r.Below), enqueueTimeout)
+	f := n.raft.Apply(EncodeTrimCmd(r.Below), enqueueTimeout)
 	if err := f.Error(); err != nil {
 		return nil, n.raftError(err)
 	}
@@ -552,10 +552,10 @@ func (n *Node) Status() transport.StatusResponse {
 		Voting:       n.gate.allowed.Load() && !n.removed.Load(),
 		LeaderID:     string(leader),
 		Term:         n.raft.CurrentTerm(),
-		FirstIndex:   n.fsm.readView().floor,
+		FirstIndex:   n.fsm.ReadView().Floor,
 		LastIndex:    n.raft.LastIndex(),
 		CommitIndex:  n.raft.CommitIndex(),
-		AppliedIndex: n.fsm.applied.Load(),
+		AppliedIndex: n.fsm.Applied.Load(),
 		Store: transport.StoreStatus{
 			Segments: uint64(st.Segments),
 			Bytes:    uint64(max(st.Bytes, 0)),
@@ -569,14 +569,14 @@ func (n *Node) Status() transport.StatusResponse {
 		s.Refusing = v.Error()
 	}
 	if leader != "" {
-		s.LeaderAddr = n.fsm.member(string(leader))
+		s.LeaderAddr = n.fsm.Member(string(leader))
 	}
 	if s.LastIndex == 0 {
 		s.FirstIndex = 0
 	}
 	s.Details = n.details()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		addrs := n.fsm.memberAddrs()
+		addrs := n.fsm.MemberAddrs()
 		for _, m := range f.Configuration().Servers {
 			s.Members = append(s.Members, transport.Member{
 				NodeID: string(m.ID), RaftAddr: string(m.Address),

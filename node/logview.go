@@ -10,7 +10,7 @@ import (
 	"github.com/raftlog/raftlog/raftstore"
 )
 
-// logView is a node's whole log: raft's own store (live) and the archive, a
+// LogView is a node's whole log: raft's own store (live) and the archive, a
 // group of the same DB that holds the retained entries a snapshot install
 // brought in below raft's log. Raft never compacts live (its TrailingLogs
 // is unbounded), so after a node's first snapshot install the archive
@@ -24,49 +24,49 @@ import (
 // holds the records of a snapshot being installed (snapinstall.go). An
 // install switches the current one; readers load it through an atomic
 // pointer.
-type logView struct {
-	// live is raft's log; set before the view is shared, never changed.
-	live *raftstore.Store
-	// archives are the stores of archiveGroupA and archiveGroupB; set
+type LogView struct {
+	// Live is raft's log; set before the view is shared, never changed.
+	Live *raftstore.Store
+	// Archives are the stores of archiveGroupA and archiveGroupB; set
 	// before the view is shared, never changed.
-	archives [2]*raftstore.Store
-	// archive is the current archive, one of archives. Changed only by the
+	Archives [2]*raftstore.Store
+	// Archive is the current Archive, one of archives. Changed only by the
 	// snapshot store, holding snapStore.mu.
-	archive atomic.Pointer[raftstore.Store]
-	// liveDeleter deletes from live through raft's log cache, so that the
+	Archive atomic.Pointer[raftstore.Store]
+	// LiveDeleter deletes from live through raft's log cache, so that the
 	// cache never serves deleted entries; nil means live itself. Set once
 	// before raft starts.
-	liveDeleter interface{ DeleteRange(min, max uint64) error }
+	LiveDeleter interface{ DeleteRange(min, max uint64) error }
 	// pins keep entries from deleteBelow while backups copy them
 	// (backup.go).
 	pins pinSet
 }
 
-// newLogView opens the live and archive groups of db, with the first
+// NewLogView opens the live and archive groups of db, with the first
 // archive group current (the snapshot store's recovery may pick the
 // other).
-func newLogView(db *raftstore.DB) (*logView, error) {
-	v := &logView{}
+func NewLogView(db *raftstore.DB) (*LogView, error) {
+	v := &LogView{}
 	var err error
-	if v.live, err = db.Store(liveGroup); err != nil {
+	if v.Live, err = db.Store(liveGroup); err != nil {
 		return nil, err
 	}
 	for i, g := range []uint64{archiveGroupA, archiveGroupB} {
-		if v.archives[i], err = db.Store(g); err != nil {
+		if v.Archives[i], err = db.Store(g); err != nil {
 			return nil, err
 		}
 	}
-	v.archive.Store(v.archives[0])
+	v.Archive.Store(v.Archives[0])
 	return v, nil
 }
 
 // archiveStore returns the store of archive group g.
-func (v *logView) archiveStore(g uint64) (*raftstore.Store, error) {
+func (v *LogView) archiveStore(g uint64) (*raftstore.Store, error) {
 	switch g {
 	case archiveGroupA:
-		return v.archives[0], nil
+		return v.Archives[0], nil
 	case archiveGroupB:
-		return v.archives[1], nil
+		return v.Archives[1], nil
 	}
 	return nil, fmt.Errorf("node: %d is not an archive group", g)
 }
@@ -79,19 +79,19 @@ func otherArchive(g uint64) uint64 {
 	return archiveGroupA
 }
 
-// getLog reads the entry at index from the archive or the live log. A
+// GetLog reads the entry at index from the archive or the live log. A
 // missing entry is raft.ErrLogNotFound.
-func (v *logView) getLog(index uint64, out *raft.Log) error {
+func (v *LogView) GetLog(index uint64, out *raft.Log) error {
 	for {
-		ar := v.archive.Load()
+		ar := v.Archive.Load()
 		if first, last := bounds(ar); last != 0 && index >= first && index <= last {
 			err := ar.GetLog(index, out)
 			if !errors.Is(err, raft.ErrLogNotFound) {
 				return err
 			}
 		}
-		err := v.live.GetLog(index, out)
-		if errors.Is(err, raft.ErrLogNotFound) && v.archive.Load() != ar {
+		err := v.Live.GetLog(index, out)
+		if errors.Is(err, raft.ErrLogNotFound) && v.Archive.Load() != ar {
 			continue // an install switched the archive while we read: read the new one
 		}
 		return err
@@ -99,17 +99,17 @@ func (v *logView) getLog(index uint64, out *raft.Log) error {
 }
 
 // liveStore returns what deletes from live.
-func (v *logView) liveStore() interface{ DeleteRange(min, max uint64) error } {
-	if v.liveDeleter != nil {
-		return v.liveDeleter
+func (v *LogView) liveStore() interface{ DeleteRange(min, max uint64) error } {
+	if v.LiveDeleter != nil {
+		return v.LiveDeleter
 	}
-	return v.live
+	return v.Live
 }
 
-// deleteBelow deletes every entry below floor, and never one above upTo
+// DeleteBelow deletes every entry below floor, and never one above upTo
 // (the index of a durable snapshot, which restart replays from), nor one
 // at or above a pin.
-func (v *logView) deleteBelow(floor, upTo uint64) error {
+func (v *LogView) DeleteBelow(floor, upTo uint64) error {
 	if floor <= 1 {
 		return nil
 	}
@@ -120,13 +120,13 @@ func (v *logView) deleteBelow(floor, upTo uint64) error {
 		}
 		to = min(to, p-1)
 	}
-	ar := v.archive.Load()
+	ar := v.Archive.Load()
 	if first, last := bounds(ar); last != 0 && first <= to {
 		if err := ar.DeleteRange(first, min(to, last)); err != nil {
 			return err
 		}
 	}
-	if first, last := bounds(v.live); last != 0 && first <= to {
+	if first, last := bounds(v.Live); last != 0 && first <= to {
 		if err := v.liveStore().DeleteRange(first, min(to, last)); err != nil {
 			return err
 		}
@@ -134,13 +134,13 @@ func (v *logView) deleteBelow(floor, upTo uint64) error {
 	return nil
 }
 
-// dropLiveThrough deletes raft's own entries up to index, the index of a
+// DropLiveThrough deletes raft's own entries up to index, the index of a
 // snapshot a leader sent: the archive now holds the retained ones, and
 // those in live may be a deposed leader's entries that the committed log
 // replaced. It returns how many entries live holds after index; they stay
 // (see failStopStore.IsMonotonic).
-func (v *logView) dropLiveThrough(index uint64) (kept uint64, err error) {
-	first, last := bounds(v.live)
+func (v *LogView) DropLiveThrough(index uint64) (kept uint64, err error) {
+	first, last := bounds(v.Live)
 	if last == 0 {
 		return 0, nil
 	}
@@ -153,17 +153,17 @@ func (v *logView) dropLiveThrough(index uint64) (kept uint64, err error) {
 	return kept, v.liveStore().DeleteRange(first, min(index, last))
 }
 
-// first returns the lowest index held, 0 when none is.
-func (v *logView) first() uint64 {
-	if first, last := bounds(v.archive.Load()); last != 0 {
+// First returns the lowest index held, 0 when none is.
+func (v *LogView) First() uint64 {
+	if first, last := bounds(v.Archive.Load()); last != 0 {
 		return first
 	}
-	first, _ := bounds(v.live)
+	first, _ := bounds(v.Live)
 	return first
 }
 
-// emptyStore deletes every entry of s; durable when it returns.
-func emptyStore(s *raftstore.Store) error {
+// EmptyStore deletes every entry of s; durable when it returns.
+func EmptyStore(s *raftstore.Store) error {
 	if first, last := bounds(s); last != 0 {
 		return s.DeleteRange(first, last)
 	}

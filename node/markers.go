@@ -46,7 +46,7 @@ type markers struct {
 func (m *markers) write(name string, b []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return writeFileSync(filepath.Join(m.dir, name), b)
+	return WriteFileSync(filepath.Join(m.dir, name), b)
 }
 
 // remove deletes marker name, durably; a missing marker is not an error.

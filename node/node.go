@@ -41,13 +41,13 @@ const (
 type Node struct {
 	cfg  Config
 	db   *raftstore.DB
-	view *logView
-	fsm  *fsm
-	snap *snapStore
+	view *LogView
+	fsm  *FSM
+	snap *SnapStore
 	raft *raft.Raft
 	tr   netTransport
 	gate *voteGate
-	prop *proposer
+	prop *Proposer
 
 	clientLn   net.Listener
 	clientAddr string // advertised
@@ -212,19 +212,19 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err != nil {
 		return damaged(c.DataDir, err)
 	}
-	if n.view, err = newLogView(n.db); err != nil {
+	if n.view, err = NewLogView(n.db); err != nil {
 		return err
 	}
-	n.fsm = newFSM(n.view, c.Logger.Named("fsm"))
-	n.fsm.onTrim = func(uint64) { n.requestSnapshot() }
+	n.fsm = NewFSM(n.view, c.Logger.Named("fsm"))
+	n.fsm.OnTrim = func(uint64) { n.requestSnapshot() }
 	snapFS := vfs.Default
 	if opts.FS != nil {
 		snapFS = opts.FS
 	}
-	if n.snap, err = openSnapStore(snapFS, filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
+	if n.snap, err = OpenSnapStore(snapFS, filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
 		return err
 	}
-	n.snap.fail = n.failStop
+	n.snap.Fail = n.failStop
 
 	if _, err := raftBridge(); err != nil {
 		return fmt.Errorf("node: metrics: %w", err)
@@ -302,7 +302,7 @@ func (n *Node) startRaft() error {
 	if err := n.checkRaftLog(); err != nil {
 		return err
 	}
-	existing, err := raft.HasExistingState(n.view.live, n.view.live, n.snap)
+	existing, err := raft.HasExistingState(n.view.Live, n.view.Live, n.snap)
 	if err != nil {
 		return err
 	}
@@ -345,11 +345,11 @@ func (n *Node) startRaft() error {
 	if !joining && !deciding {
 		n.startVoting()
 	}
-	store := failStopStore{Store: n.view.live, n: n}
+	store := failStopStore{Store: n.view.Live, n: n}
 	// The proposer exists before raft, which tells it (through the
 	// store) when the leader has stored a batch; it proposes only through
 	// a stint, once raft runs.
-	n.prop = newProposer(applierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	n.prop = NewProposer(ApplierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
 		return n.raft.Apply(cmd, timeout)
 	}), n.cfg.BatchLinger, rc.MaxAppendEntries, n.cfg.BatchesInFlight, func(k int) { n.metrics.batch.Observe(float64(k)) })
 	// The cache serves replication the entries just stored, without
@@ -358,7 +358,7 @@ func (n *Node) startRaft() error {
 	if err != nil {
 		return err
 	}
-	n.view.liveDeleter = logs
+	n.view.LiveDeleter = logs
 	var trans raft.Transport = n.gate
 	if h := c.hooks; h != nil && h.transport != nil {
 		trans = h.transport(trans)
@@ -620,11 +620,11 @@ func (n *Node) endStint() {
 func (n *Node) lead(s *leaderStint) {
 	defer n.wg.Done()
 	for {
-		f := n.raft.Apply(encodeMemberCmd(n.cfg.ID, n.clientAddr), n.cfg.ElectionTimeout*4)
+		f := n.raft.Apply(EncodeMemberCmd(n.cfg.ID, n.clientAddr), n.cfg.ElectionTimeout*4)
 		err := f.Error()
 		if err == nil {
 			var l raft.Log
-			if err = n.view.getLog(f.Index(), &l); err == nil {
+			if err = n.view.GetLog(f.Index(), &l); err == nil {
 				s.term = l.Term
 				break
 			}
@@ -664,16 +664,16 @@ func (n *Node) lead(s *leaderStint) {
 // limits. Trims fall on ledger marks, so up to markEvery records more than
 // the limits allow may stay.
 func (n *Node) enforceRetention() {
-	below := n.fsm.retentionByBytes(uint64(max(n.cfg.RetentionBytes, 0)))
+	below := n.fsm.RetentionByBytes(uint64(max(n.cfg.RetentionBytes, 0)))
 	if n.cfg.RetentionAge > 0 {
 		cutoff := time.Now().Add(-n.cfg.RetentionAge)
-		marks := n.fsm.marksCopy()
+		marks := n.fsm.MarksCopy()
 		var l raft.Log
 		// The last mark whose entry is older than the cutoff.
 		lo, hi := 0, len(marks)
 		for lo < hi {
 			mid := (lo + hi) / 2
-			if err := n.view.getLog(marks[mid].index, &l); err == nil && l.AppendedAt.Before(cutoff) {
+			if err := n.view.GetLog(marks[mid].index, &l); err == nil && l.AppendedAt.Before(cutoff) {
 				lo = mid + 1
 			} else {
 				hi = mid
@@ -683,11 +683,11 @@ func (n *Node) enforceRetention() {
 			below = max(below, marks[lo-1].index)
 		}
 	}
-	if below <= n.fsm.readView().floor {
+	if below <= n.fsm.ReadView().Floor {
 		return
 	}
 	n.cfg.Logger.Info("retention: trimming", "below", below)
-	if err := n.raft.Apply(encodeTrimCmd(below), 0).Error(); err != nil {
+	if err := n.raft.Apply(EncodeTrimCmd(below), 0).Error(); err != nil {
 		n.cfg.Logger.Warn("retention trim", "error", err)
 	}
 }

@@ -220,11 +220,11 @@ func (n *Node) promoteLoop() {
 			continue // a configuration from before the node was added
 		}
 		commit := n.raft.CommitIndex()
-		if commit == 0 || n.fsm.applied.Load() < commit {
+		if commit == 0 || n.fsm.Applied.Load() < commit {
 			continue
 		}
 		_, leader := n.raft.LeaderWithID()
-		addr := n.fsm.member(string(leader))
+		addr := n.fsm.Member(string(leader))
 		if addr == "" {
 			continue
 		}

@@ -122,7 +122,7 @@ type Repair struct {
 
 	lock         io.Closer   // the data dir's lock; nil after Close
 	snapDir      string      // the snapshot directory
-	remove       []*snapFile // the snapshot files Apply removes
+	remove       []*SnapFile // the snapshot files Apply removes
 	emptyArchive bool        // Apply empties archive group A (no snapshot kept)
 	storeDir     string      // the raftstore DB
 	applied      bool        // Apply ran
@@ -251,12 +251,12 @@ func (r *Repair) prepare() error {
 
 // snapshots reads the snapshot files, newest first; one that does not
 // read is an error, as it is for the node (snapinstall.go).
-func (r *Repair) snapshots() ([]*snapFile, error) {
+func (r *Repair) snapshots() ([]*SnapFile, error) {
 	if _, err := os.Stat(r.snapDir); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	s := &snapStore{fs: vfs.Default, dir: r.snapDir, logger: hclog.NewNullLogger()}
-	files, err := s.readFiles(true)
+	s := &SnapStore{fs: vfs.Default, dir: r.snapDir, logger: hclog.NewNullLogger()}
+	files, err := s.ReadFiles(true)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the repair handles a damaged log, not damaged snapshot files; wipe the data dir and start the node with --join", err)
 	}
@@ -268,7 +268,7 @@ func (r *Repair) snapshots() ([]*snapFile, error) {
 // has deleted what f makes obsolete (snapStore.finish), every retained
 // index from f's floor to its index is held, and raft's log is empty or
 // goes on from f's index.
-func snapshotFits(f *snapFile, live, arch IndexRange) bool {
+func snapshotFits(f *SnapFile, live, arch IndexRange) bool {
 	s, floor := f.meta.Index, f.floor
 	if f.received {
 		live = live.from(s + 1)
@@ -364,7 +364,7 @@ func (r *Repair) Apply(allowLoss bool) error {
 		}
 		s, err := db.Store(archiveGroupA)
 		if err == nil {
-			err = emptyStore(s)
+			err = EmptyStore(s)
 		}
 		if cerr := db.Close(); err == nil {
 			err = cerr

@@ -212,8 +212,8 @@ func TestRepairBelowSnapshot(t *testing.T) {
 			f := c.follower()
 			waitCaughtUp(t, f, tr.Index)
 			waitFor(t, "the follower's snapshot after the trim", func() bool {
-				p := f.snap.latest.Load()
-				return p != nil && p.index >= tr.Index && f.view.first() >= below
+				p := f.snap.Latest.Load()
+				return p != nil && p.index >= tr.Index && f.view.First() >= below
 			})
 			id, dir := f.ID(), f.cfg.DataDir
 			c.stop(id)
@@ -244,7 +244,7 @@ func TestRepairBelowSnapshot(t *testing.T) {
 			if want[0].Index != below {
 				t.Fatalf("the leader's log starts at %d, want %d", want[0].Index, below)
 			}
-			waitFor(t, id+" deletes below the floor again", func() bool { return back.view.first() >= below })
+			waitFor(t, id+" deletes below the floor again", func() bool { return back.view.First() >= below })
 			sameRecords(t, id+" after repair", readAll(t, back, true), want)
 		})
 	}
@@ -264,13 +264,13 @@ func TestRepairArchive(t *testing.T) {
 	}
 	for _, n := range c.nodes {
 		waitCaughtUp(t, n, tr.Index)
-		waitFor(t, n.ID()+" deletes below the floor", func() bool { return n.view.first() >= idx[20] })
+		waitFor(t, n.ID()+" deletes below the floor", func() bool { return n.view.First() >= idx[20] })
 	}
 	n4 := c.start("n4", func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
 	more := appendN(t, conn, "s", 10)
 	waitCaughtUp(t, n4, more[9])
 	c.waitVoter(n4)
-	ar := n4.view.archive.Load()
+	ar := n4.view.Archive.Load()
 	if first, _ := bounds(ar); first != idx[20] {
 		t.Fatalf("n4's archive starts at %d, want %d", first, idx[20])
 	}
@@ -347,7 +347,7 @@ func TestRepairUnfinished(t *testing.T) {
 	appendN(t, dial(t, c.nodes["n1"]), "r", 5)
 	dir := c.nodes["n1"].cfg.DataDir
 	c.stop("n1")
-	if err := writeFileSync(filepath.Join(dir, repairingFile), []byte("x\n")); err != nil {
+	if err := WriteFileSync(filepath.Join(dir, repairingFile), []byte("x\n")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.startErr("n1"); !errors.Is(err, ErrRepairUnfinished) {
@@ -410,7 +410,7 @@ func TestRepairHarmlessBelowFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCaughtUp(t, n, tr.Index)
-	waitFor(t, "deletion below the floor", func() bool { return n.view.first() >= idx[30] })
+	waitFor(t, "deletion below the floor", func() bool { return n.view.First() >= idx[30] })
 	want := readAll(t, n, false)
 	dir := n.cfg.DataDir
 	c.stop("n1")

@@ -236,7 +236,7 @@ func restoredState(state []byte, hdr backup.Header) ([]byte, uint64, int, error)
 		return nil, 0, 0, fmt.Errorf("node: restore: %w: the state machine's state in it has version %d; this node reads 1 to %d (a backup from a newer raftlog)",
 			backup.ErrUnsupportedVersion, state[0], stateVersion)
 	}
-	f := newFSM(nil, hclog.NewNullLogger())
+	f := NewFSM(nil, hclog.NewNullLogger())
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if err := f.decodeLocked(state); err != nil {
@@ -259,13 +259,13 @@ func restoreLog(br *backup.Reader, cfg RestoreConfig, state []byte, want uint64)
 	if err != nil {
 		return backup.Summary{}, fmt.Errorf("node: restore: %w", err)
 	}
-	view, err := newLogView(db)
+	view, err := NewLogView(db)
 	if err == nil {
-		err = storeBackup(br, view.archives[0], hdr, want)
+		err = storeBackup(br, view.Archives[0], hdr, want)
 	}
 	if err == nil {
 		// Raft's current term: see the top of this file.
-		err = view.live.SetUint64([]byte("CurrentTerm"), hdr.Term)
+		err = view.Live.SetUint64([]byte("CurrentTerm"), hdr.Term)
 	}
 	if err == nil {
 		err = db.Sync()
@@ -283,7 +283,7 @@ func restoreLog(br *backup.Reader, cfg RestoreConfig, state []byte, want uint64)
 // index, no-ops standing in for raft's own entries, and checks their size
 // against the state's byte ledger (want).
 func storeBackup(br *backup.Reader, st *raftstore.Store, hdr backup.Header, want uint64) error {
-	w := newEntryWriter(st, hdr.Floor, hdr.Term)
+	w := NewEntryWriter(st, hdr.Floor, hdr.Term)
 	var ledger uint64
 	for {
 		e, err := br.Next()
@@ -293,7 +293,7 @@ func storeBackup(br *backup.Reader, st *raftstore.Store, hdr backup.Header, want
 		if err != nil {
 			return err
 		}
-		ledger += streamRecordSize(len(e.Data))
+		ledger += StreamRecordSize(len(e.Data))
 		if err := w.write(&raft.Log{Index: e.Index, Term: e.Term, Type: raft.LogCommand, Data: e.Data, AppendedAt: time.Unix(0, e.AppendedAt)}); err != nil {
 			return err
 		}
@@ -318,7 +318,7 @@ func writeRestoredSnapshot(cfg RestoreConfig, hdr backup.Header, state []byte) e
 	for _, p := range cfg.Bootstrap {
 		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 	}
-	f := &snapFile{
+	f := &SnapFile{
 		meta: raft.SnapshotMeta{
 			Version:            raft.SnapshotVersionMax,
 			ID:                 fmt.Sprintf("%020d-%020d-%d", hdr.Index, hdr.Term, time.Now().UnixMilli()),
@@ -331,11 +331,11 @@ func writeRestoredSnapshot(cfg RestoreConfig, hdr backup.Header, state []byte) e
 		archive:  archiveGroupA,
 		received: true,
 	}
-	b, err := encodeSnapFile(f)
+	b, err := EncodeSnapFile(f)
 	if err != nil {
 		return fmt.Errorf("node: restore: %w", err)
 	}
-	if _, err := writeFileFS(vfs.Default, filepath.Join(dir, f.meta.ID+snapSuffix), b); err != nil {
+	if _, err := WriteFileFS(vfs.Default, filepath.Join(dir, f.meta.ID+snapSuffix), b); err != nil {
 		return fmt.Errorf("node: restore: %w", err)
 	}
 	return nil

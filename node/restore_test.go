@@ -26,10 +26,10 @@ import (
 // one record left out (valid as a file, but not with its state).
 func syntheticBackup(t *testing.T, n int) (file []byte, records map[uint64][]byte, appended []uint64, missing []byte) {
 	t.Helper()
-	f := newFSM(nil, discardLogger())
+	f := NewFSM(nil, discardLogger())
 	logs := []*raft.Log{
 		{Index: 1, Term: 1, Type: raft.LogConfiguration},
-		{Index: 2, Term: 2, Type: raft.LogCommand, Data: encodeMemberCmd("n1", "192.0.2.1:7000")},
+		{Index: 2, Term: 2, Type: raft.LogCommand, Data: EncodeMemberCmd("n1", "192.0.2.1:7000")},
 		{Index: 3, Term: 2, Type: raft.LogNoop},
 	}
 	records = map[uint64][]byte{}
@@ -37,7 +37,7 @@ func syntheticBackup(t *testing.T, n int) (file []byte, records map[uint64][]byt
 		idx := uint64(4 + i)
 		payload := []byte(fmt.Sprintf("record-%d", i))
 		logs = append(logs, &raft.Log{Index: idx, Term: 2, Type: raft.LogCommand, AppendedAt: time.Unix(0, int64(idx)),
-			Data: appendRecordCmd(nil, "app", 1, uint64(i), uint64(n), 1, 0, payload)})
+			Data: AppendRecordCmd(nil, "app", 1, uint64(i), uint64(n), 1, 0, payload)})
 		records[idx] = payload
 		appended = append(appended, idx)
 	}
@@ -100,7 +100,7 @@ func TestRestoreSingleNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	check := newFSM(nil, discardLogger())
+	check := NewFSM(nil, discardLogger())
 	check.mu.Lock()
 	err = check.decodeLocked(sf.state)
 	check.mu.Unlock()

@@ -46,17 +46,17 @@ import (
 // records: its file names the current archive group, and only steps 2, 3
 // and 5 apply.
 
-// openSnapStore opens the snapshot store in dir, on fs, and recovers it: see
+// OpenSnapStore opens the snapshot store in dir, on fs, and recovers it: see
 // above. view's archive is set to the group the newest snapshot names.
 // Raft must not run yet.
-func openSnapStore(fs vfs.FS, dir string, view *logView, db *raftstore.DB, logger hclog.Logger) (*snapStore, error) {
+func OpenSnapStore(fs vfs.FS, dir string, view *LogView, db *raftstore.DB, logger hclog.Logger) (*SnapStore, error) {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
 		return nil, fmt.Errorf("node: create %s: %w", dir, err)
 	}
 	if err := fs.SyncDir(filepath.Dir(dir)); err != nil {
 		return nil, fmt.Errorf("node: create %s: %w", dir, err)
 	}
-	s := &snapStore{fs: fs, dir: dir, view: view, db: db, logger: logger, retain: 2, staging: make(chan struct{}, 1)}
+	s := &SnapStore{fs: fs, dir: dir, view: view, db: db, logger: logger, retain: 2, staging: make(chan struct{}, 1)}
 	if err := s.recover(); err != nil {
 		return nil, err
 	}
@@ -64,7 +64,7 @@ func openSnapStore(fs vfs.FS, dir string, view *logView, db *raftstore.DB, logge
 }
 
 // recover finishes or rolls back what a crash interrupted.
-func (s *snapStore) recover() error {
+func (s *SnapStore) recover() error {
 	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return fmt.Errorf("node: list snapshots: %w", err)
@@ -81,7 +81,7 @@ func (s *snapStore) recover() error {
 	// Snapshot files are written whole and renamed into place, so one
 	// that does not read is damage, not a crash: refuse to guess which
 	// archive group holds the records.
-	files, err := s.readFiles(true)
+	files, err := s.ReadFiles(true)
 	if err != nil {
 		return fmt.Errorf("%w: the data dir is damaged; wipe it and start the node with --join", err)
 	}
@@ -111,14 +111,14 @@ func (s *snapStore) recover() error {
 
 // switchArchive makes group g the current archive and empties the other.
 // mu must be held, or the store not yet shared.
-func (s *snapStore) switchArchive(g uint64) error {
+func (s *SnapStore) switchArchive(g uint64) error {
 	st, err := s.view.archiveStore(g)
 	if err != nil {
 		return err
 	}
-	s.view.archive.Store(st)
+	s.view.Archive.Store(st)
 	other, _ := s.view.archiveStore(otherArchive(g))
-	if err := emptyStore(other); err != nil {
+	if err := EmptyStore(other); err != nil {
 		return fmt.Errorf("node: empty the old archive (group %d): %w", otherArchive(g), err)
 	}
 	return nil
@@ -129,7 +129,7 @@ func (s *snapStore) switchArchive(g uint64) error {
 // the newest s.retain, never the one with ID keep. It reports whether it
 // removed any; the caller syncs the directory. mu must be held, or the
 // store not yet shared.
-func (s *snapStore) removeStale(files []*snapFile, cur uint64, keep string) (bool, error) {
+func (s *SnapStore) removeStale(files []*SnapFile, cur uint64, keep string) (bool, error) {
 	removed, kept := false, 0
 	for _, f := range files {
 		if f.meta.ID == keep || (f.archive == cur && kept < s.retain) {
@@ -149,15 +149,15 @@ func (s *snapStore) removeStale(files []*snapFile, cur uint64, keep string) (boo
 // ones); for every one, the entries below its floor. Both are idempotent,
 // so the store's recovery runs them again for the newest snapshot. mu must
 // be held, or the store not yet shared.
-func (s *snapStore) finish(f *snapFile) {
+func (s *SnapStore) finish(f *SnapFile) {
 	if f.received {
-		kept, err := s.view.dropLiveThrough(f.meta.Index)
+		kept, err := s.view.DropLiveThrough(f.meta.Index)
 		if err != nil {
 			s.logger.Error("deleting the entries a received snapshot covers", "index", f.meta.Index, "error", err)
 		}
-		s.kept.Add(kept)
+		s.Kept.Add(kept)
 	}
-	if err := s.view.deleteBelow(f.floor, f.meta.Index); err != nil {
+	if err := s.view.DeleteBelow(f.floor, f.meta.Index); err != nil {
 		s.logger.Error("deleting trimmed entries", "floor", f.floor, "error", err)
 	}
 }
@@ -165,7 +165,7 @@ func (s *snapStore) finish(f *snapFile) {
 // Create implements raft.SnapshotStore. The sink parses what raft writes
 // as it arrives: records go to the staging archive group, the state to
 // the file written at Close.
-func (s *snapStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+func (s *SnapStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
 	configurationIndex uint64, _ raft.Transport) (raft.SnapshotSink, error) {
 	now := time.Now()
 	meta := raft.SnapshotMeta{
@@ -189,7 +189,7 @@ func (s *snapStore) Create(version raft.SnapshotVersion, index, term uint64, con
 // snapSink receives one snapshot. Raft's goroutine calls its methods; a
 // goroutine of its own parses the stream.
 type snapSink struct {
-	store  *snapStore
+	store  *SnapStore
 	meta   raft.SnapshotMeta
 	pw     *io.PipeWriter
 	done   chan error
@@ -231,7 +231,7 @@ func (k *snapSink) unstage() {
 	}
 	k.received = false
 	st, _ := k.store.view.archiveStore(k.staged)
-	if err := emptyStore(st); err != nil {
+	if err := EmptyStore(st); err != nil {
 		// The next install or start empties it.
 		k.store.logger.Warn("dropping the records of a snapshot not installed", "group", k.staged, "error", err)
 	}
@@ -266,22 +266,22 @@ func (k *snapSink) close() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := &snapFile{meta: k.meta, state: k.state, floor: k.floor, archive: k.staged, received: k.received}
+	f := &SnapFile{meta: k.meta, state: k.state, floor: k.floor, archive: k.staged, received: k.received}
 	if !k.received {
 		f.archive = s.currentArchive()
-	} else if p := s.latest.Load(); p != nil && p.index > f.meta.Index {
+	} else if p := s.Latest.Load(); p != nil && p.index > f.meta.Index {
 		// Raft sends a snapshot only to a node whose log ends below the
 		// leader's, so this does not happen; switching to an older
 		// snapshot would leave the newer one without its records.
 		k.unstage()
 		return fmt.Errorf("node: received snapshot at index %d is older than the one at %d held here", f.meta.Index, p.index)
 	}
-	b, err := encodeSnapFile(f)
+	b, err := EncodeSnapFile(f)
 	if err != nil {
 		k.unstage()
 		return err
 	}
-	switched, err := writeFileFS(s.fs, s.path(k.meta.ID), b)
+	switched, err := WriteFileFS(s.fs, s.path(k.meta.ID), b)
 	if err != nil {
 		if !switched {
 			k.unstage()
@@ -291,8 +291,8 @@ func (k *snapSink) close() error {
 		// new snapshot or the old one survives a crash is unknown, so
 		// neither archive may go. Stop; the next start finds out.
 		err = fmt.Errorf("node: snapshot %s: %w", k.meta.ID, err)
-		if s.fail != nil {
-			s.fail(err)
+		if s.Fail != nil {
+			s.Fail(err)
 		}
 		return err
 	}
@@ -304,7 +304,7 @@ func (k *snapSink) close() error {
 		<-s.staging
 	}
 	s.noteLatest(snapPoint{k.meta.Index, k.meta.Term})
-	if files, err := s.files(); err != nil {
+	if files, err := s.Files(); err != nil {
 		s.logger.Warn("listing snapshots to remove old ones", "error", err)
 	} else if removed, err := s.removeStale(files, f.archive, k.meta.ID); err != nil || removed {
 		if err == nil {
@@ -319,8 +319,8 @@ func (k *snapSink) close() error {
 }
 
 // currentArchive returns the group of the current archive.
-func (s *snapStore) currentArchive() uint64 {
-	return s.view.archive.Load().Group()
+func (s *SnapStore) currentArchive() uint64 {
+	return s.view.Archive.Load().Group()
 }
 
 // parse reads a stream, storing its records (if flagged) in the staging
@@ -349,7 +349,7 @@ func (k *snapSink) parse(r *bufio.Reader) error {
 	s.mu.Unlock()
 	k.received = true
 	st, _ := s.view.archiveStore(k.staged)
-	if err := emptyStore(st); err != nil {
+	if err := EmptyStore(st); err != nil {
 		return err
 	}
 	return k.storeRecords(st, r, floor)
@@ -358,7 +358,7 @@ func (k *snapSink) parse(r *bufio.Reader) error {
 // storeRecords stores the stream's records in st, from floor to the
 // snapshot's index, no-ops standing in for raft's own entries.
 func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint64) error {
-	w := newEntryWriter(st, floor, k.meta.Term)
+	w := NewEntryWriter(st, floor, k.meta.Term)
 	var records uint64
 	var fixed [streamRecordFixed]byte
 	for {
@@ -432,18 +432,18 @@ func expectCount(r io.Reader, records uint64) error {
 	return nil
 }
 
-// writeFileSync writes path atomically and durably on the operating
+// WriteFileSync writes path atomically and durably on the operating
 // system's file system.
-func writeFileSync(path string, b []byte) error {
-	_, err := writeFileFS(vfs.Default, path, b)
+func WriteFileSync(path string, b []byte) error {
+	_, err := WriteFileFS(vfs.Default, path, b)
 	return err
 }
 
-// writeFileFS writes path atomically and durably: a temporary file, fsync,
+// WriteFileFS writes path atomically and durably: a temporary file, fsync,
 // rename, fsync of the directory. renamed reports that the rename was
 // done, so that on an error the old or the new content may survive a
 // crash; otherwise the old content does.
-func writeFileFS(fs vfs.FS, path string, b []byte) (renamed bool, err error) {
+func WriteFileFS(fs vfs.FS, path string, b []byte) (renamed bool, err error) {
 	tmp := path + tmpSuffix
 	dir := filepath.Dir(path)
 	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
@@ -482,7 +482,7 @@ type entryWriter struct {
 	size  int // data bytes in batch
 }
 
-func newEntryWriter(st *raftstore.Store, from, term uint64) *entryWriter {
+func NewEntryWriter(st *raftstore.Store, from, term uint64) *entryWriter {
 	return &entryWriter{st: st, next: from, term: term}
 }
 

@@ -50,9 +50,9 @@ const (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// streamRecordSize is the size of a command entry of n data bytes in a
+// StreamRecordSize is the size of a command entry of n data bytes in a
 // snapshot stream.
-func streamRecordSize(n int) uint64 { return uint64(streamRecordFixed + n) }
+func StreamRecordSize(n int) uint64 { return uint64(streamRecordFixed + n) }
 
 func appendStreamHeaderFlags(dst, state []byte, flags byte) []byte {
 	dst = append(dst, streamMagic...)
@@ -128,29 +128,29 @@ func stateLedger(state []byte) (floor, recordBytes uint64, err error) {
 	return floor, total - floorCum, nil
 }
 
-// snapStore is the node's raft.SnapshotStore. Snapshot files live in dir,
+// SnapStore is the node's raft.SnapshotStore. Snapshot files live in dir,
 // one per snapshot, written atomically (snapinstall.go); each names the
 // archive group that holds its records.
-type snapStore struct {
+type SnapStore struct {
 	// fs, dir, view, db, logger and retain (how many snapshots to keep)
 	// are set by openSnapStore and never change.
 	fs     vfs.FS
 	dir    string
-	view   *logView
+	view   *LogView
 	db     *raftstore.DB
 	logger hclog.Logger
 	retain int
-	// fail is called when a failed sync leaves it unknown whether an
+	// Fail is called when a failed sync leaves it unknown whether an
 	// install switched to its snapshot: the node must stop (failstop.go),
 	// and its next start finds out from the disk. nil: the install only
 	// returns the error. Set before raft starts, never changed.
-	fail func(error)
-	// latest is the index and term of the newest durable snapshot
+	Fail func(error)
+	// Latest is the index and term of the newest durable snapshot
 	// (failStopStore.GetLog); nil when there is none.
-	latest atomic.Pointer[snapPoint]
-	// kept counts the entries past a received snapshot that the node held
-	// when it installed it, and kept (for tests).
-	kept atomic.Uint64
+	Latest atomic.Pointer[snapPoint]
+	// Kept counts the entries past a received snapshot that the node held
+	// when it installed it, and Kept (for tests).
+	Kept atomic.Uint64
 
 	// mu serialises writes and removals of snapshot files, the switch of
 	// the current archive (view.archive) and the deletions that follow a
@@ -165,13 +165,13 @@ type snapStore struct {
 type snapPoint struct{ index, term uint64 }
 
 // noteLatest records p as the newest snapshot unless a newer one is.
-func (s *snapStore) noteLatest(p snapPoint) {
+func (s *SnapStore) noteLatest(p snapPoint) {
 	for {
-		cur := s.latest.Load()
+		cur := s.Latest.Load()
 		if cur != nil && cur.index >= p.index {
 			return
 		}
-		if s.latest.CompareAndSwap(cur, &p) {
+		if s.Latest.CompareAndSwap(cur, &p) {
 			return
 		}
 	}
@@ -182,8 +182,8 @@ const (
 	tmpSuffix  = ".tmp"
 )
 
-// snapFile is a snapshot on disk.
-type snapFile struct {
+// SnapFile is a snapshot on disk.
+type SnapFile struct {
 	meta        raft.SnapshotMeta
 	state       []byte
 	floor       uint64
@@ -196,7 +196,7 @@ type snapFile struct {
 	received bool
 }
 
-func (f *snapFile) streamSize() int64 {
+func (f *SnapFile) streamSize() int64 {
 	return int64(streamHeaderFixed+len(f.state)) + int64(f.recordBytes) + streamEndSize
 }
 
@@ -213,7 +213,7 @@ const (
 	fileFlagRcv = 1
 )
 
-func encodeSnapFile(f *snapFile) ([]byte, error) {
+func EncodeSnapFile(f *SnapFile) ([]byte, error) {
 	mj, err := json.Marshal(&f.meta)
 	if err != nil {
 		return nil, err
@@ -233,7 +233,7 @@ func encodeSnapFile(f *snapFile) ([]byte, error) {
 }
 
 // decodeSnapFile decodes a snapshot file; path names it in errors.
-func decodeSnapFile(path string, b []byte) (*snapFile, error) {
+func decodeSnapFile(path string, b []byte) (*SnapFile, error) {
 	bad := func(what string) error { return fmt.Errorf("node: snapshot %s: %s", path, what) }
 	if len(b) < len(fileMagic)+12 {
 		return nil, bad("not a snapshot file")
@@ -261,7 +261,7 @@ func decodeSnapFile(path string, b []byte) (*snapFile, error) {
 		rest = rest[4+n:]
 		return c
 	}
-	f := &snapFile{archive: archiveGroupA}
+	f := &SnapFile{archive: archiveGroupA}
 	mj := chunk()
 	if magic == fileMagic && len(rest) >= 9 {
 		f.archive = binary.BigEndian.Uint64(rest)
@@ -288,9 +288,9 @@ func decodeSnapFile(path string, b []byte) (*snapFile, error) {
 	return f, nil
 }
 
-func (s *snapStore) path(id string) string { return filepath.Join(s.dir, id+snapSuffix) }
+func (s *SnapStore) path(id string) string { return filepath.Join(s.dir, id+snapSuffix) }
 
-func (s *snapStore) readFile(id string) (*snapFile, error) {
+func (s *SnapStore) readFile(id string) (*SnapFile, error) {
 	path := s.path(id)
 	b, err := readFileFS(s.fs, path)
 	if err != nil {
@@ -321,8 +321,8 @@ func readFileFS(fs vfs.FS, path string) ([]byte, error) {
 }
 
 // List implements raft.SnapshotStore: newest first.
-func (s *snapStore) List() ([]*raft.SnapshotMeta, error) {
-	files, err := s.files()
+func (s *SnapStore) List() ([]*raft.SnapshotMeta, error) {
+	files, err := s.Files()
 	if err != nil {
 		return nil, err
 	}
@@ -333,18 +333,18 @@ func (s *snapStore) List() ([]*raft.SnapshotMeta, error) {
 	return metas, nil
 }
 
-// files returns the readable snapshots, newest first, skipping the others
+// Files returns the readable snapshots, newest first, skipping the others
 // with a warning.
-func (s *snapStore) files() ([]*snapFile, error) { return s.readFiles(false) }
+func (s *SnapStore) Files() ([]*SnapFile, error) { return s.ReadFiles(false) }
 
-// readFiles returns the snapshots, newest first. A file that does not
+// ReadFiles returns the snapshots, newest first. A file that does not
 // read is an error when strict is set, and skipped otherwise.
-func (s *snapStore) readFiles(strict bool) ([]*snapFile, error) {
+func (s *SnapStore) ReadFiles(strict bool) ([]*SnapFile, error) {
 	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
 		return nil, fmt.Errorf("node: list snapshots: %w", err)
 	}
-	var files []*snapFile
+	var files []*SnapFile
 	for _, name := range names {
 		id, ok := strings.CutSuffix(name, snapSuffix)
 		if !ok {
@@ -367,7 +367,7 @@ func (s *snapStore) readFiles(strict bool) ([]*snapFile, error) {
 // newer orders snapshots newest first: by index, then term, then ID (the
 // same snapshot received again: the later copy first, as IDs end in the
 // creation time in milliseconds).
-func newer(a, b *snapFile) bool {
+func newer(a, b *SnapFile) bool {
 	if a.meta.Index != b.meta.Index {
 		return a.meta.Index > b.meta.Index
 	}
@@ -380,7 +380,7 @@ func newer(a, b *snapFile) bool {
 // Open implements raft.SnapshotStore. The reader yields the state and then
 // the retained records, read from the log only if the reader gets that far
 // (FSM.Restore stops after the state).
-func (s *snapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+func (s *SnapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	f, err := s.readFile(id)
 	if err != nil {
 		return nil, nil, err
@@ -399,7 +399,7 @@ func (readCloser) Close() error { return nil }
 // then the end marker. It fails if their size differs from want, which
 // would break the size raft announced.
 type recordStream struct {
-	view       *logView
+	view       *LogView
 	next, last uint64
 	want, sent uint64
 	records    uint64
@@ -424,14 +424,14 @@ func (r *recordStream) Read(p []byte) (int, error) {
 func (r *recordStream) fill() error {
 	var l raft.Log
 	for r.next <= r.last && len(r.buf) < 1<<20 {
-		if err := r.view.getLog(r.next, &l); err != nil {
+		if err := r.view.GetLog(r.next, &l); err != nil {
 			return fmt.Errorf("node: snapshot stream at index %d: %w", r.next, err)
 		}
 		r.next++
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		r.sent += streamRecordSize(len(l.Data))
+		r.sent += StreamRecordSize(len(l.Data))
 		r.records++
 		r.buf = appendStreamRecord(r.buf[:len(r.buf):len(r.buf)], &l)
 	}

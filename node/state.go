@@ -22,7 +22,7 @@ func knownStateVersion(v byte) bool { return v == 1 || v == 2 }
 //
 //	version 2: floor | floorCum | total | cmds | marks | voids | members | sessions | evicted
 //	evicted:   uvarint count | count x (8-byte big-endian client id hash | uvarint max seq)
-func (f *fsm) encodeLocked() []byte {
+func (f *FSM) encodeLocked() []byte {
 	b := []byte{stateVersion}
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	s := func(v string) { u(uint64(len(v))); b = append(b, v...) }
@@ -76,7 +76,7 @@ func (f *fsm) encodeLocked() []byte {
 
 // decodeLocked replaces the state by the one encoded in b. Called with
 // f.mu held.
-func (f *fsm) decodeLocked(b []byte) error {
+func (f *FSM) decodeLocked(b []byte) error {
 	if len(b) == 0 || !knownStateVersion(b[0]) {
 		return fmt.Errorf("node: snapshot state version %v, want 1 to %d", b[:min(1, len(b))], stateVersion)
 	}
@@ -95,7 +95,7 @@ func (f *fsm) decodeLocked(b []byte) error {
 	f.reset()
 	f.floor, f.floorCum, f.total, f.cmds = r.uvarint(), r.uvarint(), r.uvarint(), r.uvarint()
 	for n := count(); n > 0 && r.err == nil; n-- {
-		f.marks = append(f.marks, mark{r.uvarint(), r.uvarint()})
+		f.marks = append(f.marks, Mark{r.uvarint(), r.uvarint()})
 	}
 	for n := count(); n > 0 && r.err == nil; n-- {
 		f.voids = append(f.voids, r.uvarint())
