@@ -217,7 +217,7 @@ func TestBackupRestore(t *testing.T) {
 	}
 	waitFor(t, "a snapshot after the trim", func() bool {
 		p := leader.snap.Latest.Load()
-		return p != nil && p.index >= tr.Index
+		return p != nil && p.Index >= tr.Index
 	})
 	if got := leader.view.First(); got > floor {
 		t.Fatalf("the leader deleted entries up to %d while a backup from %d ran", got-1, floor)

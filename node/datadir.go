@@ -10,6 +10,7 @@ import (
 
 	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
+	"github.com/raftlog/raftlog/replica"
 )
 
 // The data dir's guard and its damage.
@@ -69,9 +70,9 @@ func damaged(dir string, err error) error {
 func (n *Node) checkRaftLog() error {
 	var from uint64 = 1
 	if p := n.snap.Latest.Load(); p != nil {
-		from = p.index + 1
+		from = p.Index + 1
 	}
-	_, last := bounds(n.view.Live)
+	_, last := replica.Bounds(n.view.Live)
 	if last == 0 {
 		return nil
 	}

@@ -88,8 +88,8 @@ func (failStopStore) IsMonotonic() bool { return false }
 func (s failStopStore) GetLog(index uint64, out *raft.Log) error {
 	err := s.Store.GetLog(index, out)
 	if errors.Is(err, raft.ErrLogNotFound) {
-		if p := s.n.snap.Latest.Load(); p != nil && p.index == index {
-			*out = raft.Log{Index: p.index, Term: p.term, Type: raft.LogNoop}
+		if p := s.n.snap.Latest.Load(); p != nil && p.Index == index {
+			*out = raft.Log{Index: p.Index, Term: p.Term, Type: raft.LogNoop}
 			return nil
 		}
 	}

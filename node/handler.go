@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
-
-// enqueueTimeout bounds how long an operation waits to enter raft's queue.
-const enqueueTimeout = 5 * time.Second
 
 // handler serves the client protocol (transport.Handler).
 type handler struct{ n *Node }
@@ -131,7 +128,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	cmds := make([][]byte, len(r.Records))
 	total := uint64(len(r.Records))
 	for i, rec := range r.Records {
-		cmds[i] = AppendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+40), r.ClientID, r.Seq, uint64(i), total, r.Base, r.After, rec)
+		cmds[i] = replica.AppendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+40), r.ClientID, r.Seq, uint64(i), total, r.Base, r.After, rec)
 	}
 	// The appends of one connection go to raft in the order they arrived,
 	// so that one sent after another (AppendRequest.After) normally lands
@@ -142,7 +139,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 	}
 	pr := n.prop.Propose(cmds)
 	turn.Pass()
-	futures := pr.futures
+	futures := pr.Futures
 	for _, f := range futures {
 		f.Error()
 	}
@@ -151,7 +148,7 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 		firstErr error
 		reached  bool // some entry reached raft's log: the append may be stored in part
 		resp     = &transport.AppendResponse{}
-		results  = make([]AppendResult, len(futures))
+		results  = make([]replica.AppendResult, len(futures))
 	)
 	for i, f := range futures {
 		if err := f.Error(); err != nil {
@@ -162,17 +159,17 @@ func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*
 			continue
 		}
 		reached = true
-		res, ok := f.Response().(AppendResult)
+		res, ok := f.Response().(replica.AppendResult)
 		if !ok {
 			return nil, fmt.Errorf("node: unexpected apply result %T", f.Response())
 		}
 		results[i] = res
 		resp.Duplicate = resp.Duplicate || res.Dup
-		if res.Err != nil && errors.Is(res.Err, ErrSessionExpired) {
+		if res.Err != nil && errors.Is(res.Err, replica.ErrSessionExpired) {
 			n.metrics.refusedAppends.WithLabelValues(refusedSession).Inc()
 			return nil, &transport.Error{Code: transport.CodeSessionExpired, Message: res.Err.Error()}
 		}
-		if res.Err != nil && errors.Is(res.Err, ErrOutOfOrder) {
+		if res.Err != nil && errors.Is(res.Err, replica.ErrOutOfOrder) {
 			n.metrics.refusedAppends.WithLabelValues(refusedOrder).Inc()
 			return nil, &transport.Error{Code: transport.CodeBusy, Message: res.Err.Error()}
 		}
@@ -304,7 +301,7 @@ func (n *Node) readRecords(from, upTo uint64, maxRecords, maxBytes int) ([]trans
 		if l.Type != raft.LogCommand || rv.Void(idx) {
 			continue
 		}
-		payload, ok := RecordPayload(l.Data)
+		payload, ok := replica.RecordPayload(l.Data)
 		if !ok {
 			continue
 		}
@@ -393,14 +390,14 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 			"node %s is a member at raft address %s, not %s: to change its address, remove it and add it again", r.NodeID, memberAddr, r.RaftAddr)}
 	case nonvoter:
 		// A new member that has caught up: promote it.
-		f := n.raft.AddVoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
+		f := n.raft.AddVoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, replica.EnqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
 		resp.Index = f.Index()
 		n.cfg.Logger.Info("promoted to voter", "id", r.NodeID)
 	default:
-		f := n.raft.AddNonvoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
+		f := n.raft.AddNonvoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, replica.EnqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
@@ -408,7 +405,7 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 		n.cfg.Logger.Info("added nonvoter", "id", r.NodeID, "raft", r.RaftAddr)
 	}
 	if n.fsm.Member(r.NodeID) != r.ClientAddr {
-		f := n.raft.Apply(EncodeMemberCmd(r.NodeID, r.ClientAddr), enqueueTimeout)
+		f := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, r.ClientAddr), replica.EnqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
@@ -447,17 +444,17 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	if self {
 		// Forget the leader's own client address first: once removed,
 		// it leads no more and could not.
-		if err := n.raft.Apply(EncodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+		if err := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, ""), replica.EnqueueTimeout).Error(); err != nil {
 			return nil, n.raftError(err)
 		}
 	}
-	f := n.raft.RemoveServer(raft.ServerID(r.NodeID), 0, enqueueTimeout)
+	f := n.raft.RemoveServer(raft.ServerID(r.NodeID), 0, replica.EnqueueTimeout)
 	if err := f.Error(); err != nil {
 		return nil, n.raftError(err)
 	}
 	if !self {
 		// After the removal, so that the node cannot record it again.
-		if err := n.raft.Apply(EncodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+		if err := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, ""), replica.EnqueueTimeout).Error(); err != nil {
 			n.cfg.Logger.Warn("forgetting a removed node's client address", "id", r.NodeID, "error", err)
 		}
 	}
@@ -527,7 +524,7 @@ func (n *Node) trim(ctx context.Context, r *transport.TrimRequest) (*transport.T
 	if last := n.raft.LastIndex(); r.Below > last+1 {
 		return nil, &transport.Error{Code: transport.CodeBadRequest, Message: fmt.Sprintf("trim below %d is past the end of the log (last index %d)", r.Below, last)}
 	}
-	f := n.raft.Apply(EncodeTrimCmd(r.Below), enqueueTimeout)
+	f := n.raft.Apply(replica.EncodeTrimCmd(r.Below), replica.EnqueueTimeout)
 	if err := f.Error(); err != nil {
 		return nil, n.raftError(err)
 	}

@@ -25,7 +25,7 @@ import (
 //	raftlog_client_connections                 open client connections
 //	raftlog_client_connections_total           client connections accepted
 //	raftlog_client_connections_refused_total   connections refused at MaxConns
-//	raftlog_append_batch_records               histogram of records the leader proposed to raft together (propose.go)
+//	raftlog_append_batch_records               histogram of records the leader proposed to raft together (replica.Proposer)
 //	raftlog_store_fsync_duration_seconds       histogram of commit-log fdatasync latency
 //	raftlog_store_entries_per_fsync            histogram of records made durable by one fdatasync
 //	raftlog_store_flush_lag_bytes              histogram of bytes waiting for each sync

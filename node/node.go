@@ -18,36 +18,28 @@ import (
 
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
+
+// logGroups are the raftstore groups of the node's log (replica.Groups).
+var logGroups = replica.GroupsOf(0)
 
 // logCacheSize is how many recent entries raft keeps in memory for
 // replication.
 const logCacheSize = 1024
 
-// liveGroup is the group of the node's raftstore DB that holds raft's log
-// and stable state.
-const liveGroup = 1
-
-// The two groups that take turns holding the retained entries below raft's
-// log (logview.go, snapinstall.go). A node that never installed a snapshot
-// uses the first.
-const (
-	archiveGroupA = 2
-	archiveGroupB = 3
-)
-
 // Node is one running member of a raftlog cluster.
 type Node struct {
 	cfg  Config
 	db   *raftstore.DB
-	view *LogView
-	fsm  *FSM
-	snap *SnapStore
+	view *replica.LogView
+	fsm  *replica.FSM
+	snap *replica.SnapStore
 	raft *raft.Raft
 	tr   netTransport
 	gate *voteGate
-	prop *Proposer
+	prop *replica.Proposer
 
 	clientLn   net.Listener
 	clientAddr string // advertised
@@ -212,16 +204,16 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err != nil {
 		return damaged(c.DataDir, err)
 	}
-	if n.view, err = NewLogView(n.db); err != nil {
+	if n.view, err = replica.NewLogView(n.db, logGroups); err != nil {
 		return err
 	}
-	n.fsm = NewFSM(n.view, c.Logger.Named("fsm"))
+	n.fsm = replica.NewFSM(n.view, c.Logger.Named("fsm"))
 	n.fsm.OnTrim = func(uint64) { n.requestSnapshot() }
 	snapFS := vfs.Default
 	if opts.FS != nil {
 		snapFS = opts.FS
 	}
-	if n.snap, err = OpenSnapStore(snapFS, filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
+	if n.snap, err = replica.OpenSnapStore(snapFS, filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
 		return err
 	}
 	n.snap.Fail = n.failStop
@@ -282,7 +274,7 @@ func (n *Node) startRaft() error {
 	rc.SnapshotThreshold = c.SnapshotThreshold
 	rc.SnapshotInterval = 10 * time.Second
 	// Raft never compacts its log: the log is the data, and trims decide
-	// what goes (fsm.go, logview.go).
+	// what goes (package replica).
 	rc.TrailingLogs = math.MaxUint64
 	rc.MaxAppendEntries = 256
 	rc.BatchApplyCh = true
@@ -349,7 +341,7 @@ func (n *Node) startRaft() error {
 	// The proposer exists before raft, which tells it (through the
 	// store) when the leader has stored a batch; it proposes only through
 	// a stint, once raft runs.
-	n.prop = NewProposer(ApplierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	n.prop = replica.NewProposer(replica.ApplierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
 		return n.raft.Apply(cmd, timeout)
 	}), n.cfg.BatchLinger, rc.MaxAppendEntries, n.cfg.BatchesInFlight, func(k int) { n.metrics.batch.Observe(float64(k)) })
 	// The cache serves replication the entries just stored, without
@@ -620,7 +612,7 @@ func (n *Node) endStint() {
 func (n *Node) lead(s *leaderStint) {
 	defer n.wg.Done()
 	for {
-		f := n.raft.Apply(EncodeMemberCmd(n.cfg.ID, n.clientAddr), n.cfg.ElectionTimeout*4)
+		f := n.raft.Apply(replica.EncodeMemberCmd(n.cfg.ID, n.clientAddr), n.cfg.ElectionTimeout*4)
 		err := f.Error()
 		if err == nil {
 			var l raft.Log
@@ -673,21 +665,21 @@ func (n *Node) enforceRetention() {
 		lo, hi := 0, len(marks)
 		for lo < hi {
 			mid := (lo + hi) / 2
-			if err := n.view.GetLog(marks[mid].index, &l); err == nil && l.AppendedAt.Before(cutoff) {
+			if err := n.view.GetLog(marks[mid].Index, &l); err == nil && l.AppendedAt.Before(cutoff) {
 				lo = mid + 1
 			} else {
 				hi = mid
 			}
 		}
 		if lo > 0 {
-			below = max(below, marks[lo-1].index)
+			below = max(below, marks[lo-1].Index)
 		}
 	}
 	if below <= n.fsm.ReadView().Floor {
 		return
 	}
 	n.cfg.Logger.Info("retention: trimming", "below", below)
-	if err := n.raft.Apply(EncodeTrimCmd(below), 0).Error(); err != nil {
+	if err := n.raft.Apply(replica.EncodeTrimCmd(below), 0).Error(); err != nil {
 		n.cfg.Logger.Warn("retention trim", "error", err)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/internal/testdamage"
 	"github.com/raftlog/raftlog/raftstore"
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -152,7 +153,7 @@ func TestRepairFollowerCatchesUp(t *testing.T) {
 	waitCaughtUp(t, f, idx[59])
 	id, dir := f.ID(), f.cfg.DataDir
 	c.stop(id)
-	path, off := recordOf(t, dir, liveGroup, idx[40])
+	path, off := recordOf(t, dir, logGroups.Live, idx[40])
 	testdamage.FlipLastPayloadByte(t, path, off)
 
 	err := c.startErr(id)
@@ -213,11 +214,11 @@ func TestRepairBelowSnapshot(t *testing.T) {
 			waitCaughtUp(t, f, tr.Index)
 			waitFor(t, "the follower's snapshot after the trim", func() bool {
 				p := f.snap.Latest.Load()
-				return p != nil && p.index >= tr.Index && f.view.First() >= below
+				return p != nil && p.Index >= tr.Index && f.view.First() >= below
 			})
 			id, dir := f.ID(), f.cfg.DataDir
 			c.stop(id)
-			path, off := recordOf(t, dir, liveGroup, idx[300])
+			path, off := recordOf(t, dir, logGroups.Live, idx[300])
 			testdamage.FlipLastPayloadByte(t, path, off)
 			more := appendN(t, conn, "s", 10)
 
@@ -271,7 +272,7 @@ func TestRepairArchive(t *testing.T) {
 	waitCaughtUp(t, n4, more[9])
 	c.waitVoter(n4)
 	ar := n4.view.Archive.Load()
-	if first, _ := bounds(ar); first != idx[20] {
+	if first, _ := replica.Bounds(ar); first != idx[20] {
 		t.Fatalf("n4's archive starts at %d, want %d", first, idx[20])
 	}
 	dir, group := n4.cfg.DataDir, ar.Group()
@@ -305,7 +306,7 @@ func TestRepairSingleNode(t *testing.T) {
 	idx := appendN(t, dial(t, n), "r", 30)
 	dir := n.cfg.DataDir
 	c.stop("n1")
-	path, off := recordOf(t, dir, liveGroup, idx[20])
+	path, off := recordOf(t, dir, logGroups.Live, idx[20])
 	testdamage.FlipLastPayloadByte(t, path, off)
 
 	r := prepareRepair(t, dir)
@@ -347,7 +348,7 @@ func TestRepairUnfinished(t *testing.T) {
 	appendN(t, dial(t, c.nodes["n1"]), "r", 5)
 	dir := c.nodes["n1"].cfg.DataDir
 	c.stop("n1")
-	if err := WriteFileSync(filepath.Join(dir, repairingFile), []byte("x\n")); err != nil {
+	if err := replica.WriteFileSync(filepath.Join(dir, repairingFile), []byte("x\n")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.startErr("n1"); !errors.Is(err, ErrRepairUnfinished) {
@@ -380,7 +381,7 @@ func TestRepairNewestRecord(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	path, off := recordOf(t, dir, liveGroup, newest)
+	path, off := recordOf(t, dir, logGroups.Live, newest)
 	testdamage.FlipLastPayloadByte(t, path, off)
 	err := c.startErr("n1")
 	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), fmt.Sprintf("%s at offset %d", path, off)) {
@@ -415,7 +416,7 @@ func TestRepairHarmlessBelowFloor(t *testing.T) {
 	dir := n.cfg.DataDir
 	c.stop("n1")
 	// The entry is deleted, but its record stays in the one segment.
-	path, off := recordOf(t, dir, liveGroup, idx[10])
+	path, off := recordOf(t, dir, logGroups.Live, idx[10])
 	testdamage.FlipLastPayloadByte(t, path, off)
 	before := treeSum(t, dir)
 	r := prepareRepair(t, dir)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -112,7 +113,7 @@ func TestTrimLateJoinerAndWipedNode(t *testing.T) {
 	if first := n4.view.First(); first != below {
 		t.Fatalf("n4 holds the log from %d, want %d", first, below)
 	}
-	if first, last := bounds(n4.view.Archive.Load()); first != below || last < tr.Index {
+	if first, last := replica.Bounds(n4.view.Archive.Load()); first != below || last < tr.Index {
 		t.Fatalf("n4's archive holds [%d, %d]: the snapshot did not bring the retained records", first, last)
 	}
 

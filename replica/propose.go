@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"sync"
@@ -42,7 +42,7 @@ type Proposer struct {
 	observe     func(commands int) // immutable: called with each batch's size; may be nil
 
 	mu       sync.Mutex  // guards the fields below
-	pending  []*proposal // waiting to be proposed, in arrival order
+	pending  []*Proposal // waiting to be proposed, in arrival order
 	waiting  int         // commands in pending
 	inflight int         // batches proposed and not finished
 	storing  bool        // a batch was proposed since the leader's store last finished
@@ -67,11 +67,11 @@ func (f ApplierFunc) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
 // batch is the proposals proposed together.
 type batch struct{ left int } // proposals not finished
 
-// proposal is one append's raft commands and, once proposed, their
+// Proposal is one append's raft commands and, once proposed, their
 // futures.
-type proposal struct {
+type Proposal struct {
 	cmds      [][]byte
-	futures   []raft.ApplyFuture
+	Futures   []raft.ApplyFuture
 	batch     *batch
 	submitted chan struct{} // closed once futures is set
 }
@@ -86,8 +86,8 @@ func NewProposer(r applier, linger time.Duration, maxBatch, maxInFlight int, obs
 // Propose hands cmds to raft, at once or with the next batch, and returns
 // the proposal with their futures. The caller must call finish once the
 // futures are done.
-func (p *Proposer) Propose(cmds [][]byte) *proposal {
-	pr := &proposal{cmds: cmds, submitted: make(chan struct{})}
+func (p *Proposer) Propose(cmds [][]byte) *Proposal {
+	pr := &Proposal{cmds: cmds, submitted: make(chan struct{})}
 	p.mu.Lock()
 	p.pending = append(p.pending, pr)
 	p.waiting += len(cmds)
@@ -105,7 +105,7 @@ func (p *Proposer) Propose(cmds [][]byte) *proposal {
 // Finish records that the futures of pr are done; the last proposal of a
 // batch to Finish proposes the next batch if no batch is in flight any
 // more, or if another may be.
-func (p *Proposer) Finish(pr *proposal) {
+func (p *Proposer) Finish(pr *Proposal) {
 	p.mu.Lock()
 	if pr.batch.left--; pr.batch.left == 0 {
 		p.inflight--
@@ -170,12 +170,15 @@ func (p *Proposer) flushLocked() {
 	p.mu.Unlock()
 	for _, pr := range props {
 		pr.batch = b
-		pr.futures = make([]raft.ApplyFuture, len(pr.cmds))
+		pr.Futures = make([]raft.ApplyFuture, len(pr.cmds))
 		for i, c := range pr.cmds {
-			pr.futures[i] = p.r.Apply(c, enqueueTimeout)
+			pr.Futures[i] = p.r.Apply(c, EnqueueTimeout)
 		}
 		close(pr.submitted)
 	}
 	p.submitMu.Unlock()
 	p.mu.Lock()
 }
+
+// EnqueueTimeout bounds how long an operation waits to enter raft's queue.
+const EnqueueTimeout = 5 * time.Second

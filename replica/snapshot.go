@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bytes"
@@ -90,23 +90,23 @@ const maxStateSize = 1 << 30
 func readStreamHeader(r io.Reader) (streamHeader, error) {
 	var fixed [len(streamMagic) + 1 + 4]byte
 	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return streamHeader{}, fmt.Errorf("node: snapshot header: %w", err)
+		return streamHeader{}, fmt.Errorf("replica: snapshot header: %w", err)
 	}
 	if string(fixed[:len(streamMagic)]) != streamMagic {
-		return streamHeader{}, fmt.Errorf("node: snapshot does not start with %q", streamMagic)
+		return streamHeader{}, fmt.Errorf("replica: snapshot does not start with %q", streamMagic)
 	}
 	h := streamHeader{flags: fixed[len(streamMagic)]}
 	n := binary.BigEndian.Uint32(fixed[len(streamMagic)+1:])
 	if n > maxStateSize {
-		return streamHeader{}, fmt.Errorf("node: snapshot state of %d bytes", n)
+		return streamHeader{}, fmt.Errorf("replica: snapshot state of %d bytes", n)
 	}
 	buf := make([]byte, int(n)+4)
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return streamHeader{}, fmt.Errorf("node: snapshot state: %w", err)
+		return streamHeader{}, fmt.Errorf("replica: snapshot state: %w", err)
 	}
 	h.state = buf[:n]
 	if crc32.Checksum(h.state, crcTable) != binary.BigEndian.Uint32(buf[n:]) {
-		return streamHeader{}, errors.New("node: snapshot state fails its checksum")
+		return streamHeader{}, errors.New("replica: snapshot state fails its checksum")
 	}
 	return h, nil
 }
@@ -115,7 +115,7 @@ func readStreamHeader(r io.Reader) (streamHeader, error) {
 // state.
 func stateLedger(state []byte) (floor, recordBytes uint64, err error) {
 	if len(state) == 0 || !knownStateVersion(state[0]) {
-		return 0, 0, errors.New("node: unknown snapshot state version")
+		return 0, 0, errors.New("replica: unknown snapshot state version")
 	}
 	r := cmdReader{b: state[1:]}
 	floor, floorCum, total := r.uvarint(), r.uvarint(), r.uvarint()
@@ -123,7 +123,7 @@ func stateLedger(state []byte) (floor, recordBytes uint64, err error) {
 		r.err = errBadCommand
 	}
 	if r.err != nil {
-		return 0, 0, fmt.Errorf("node: snapshot state ledger: %w", r.err)
+		return 0, 0, fmt.Errorf("replica: snapshot state ledger: %w", r.err)
 	}
 	return floor, total - floorCum, nil
 }
@@ -132,11 +132,12 @@ func stateLedger(state []byte) (floor, recordBytes uint64, err error) {
 // one per snapshot, written atomically (snapinstall.go); each names the
 // archive group that holds its records.
 type SnapStore struct {
-	// fs, dir, view, db, logger and retain (how many snapshots to keep)
-	// are set by openSnapStore and never change.
+	// fs, dir, view, groups (view's), db, logger and retain (how many
+	// snapshots to keep) are set by OpenSnapStore and never change.
 	fs     vfs.FS
 	dir    string
 	view   *LogView
+	groups Groups
 	db     *raftstore.DB
 	logger hclog.Logger
 	retain int
@@ -147,7 +148,7 @@ type SnapStore struct {
 	Fail func(error)
 	// Latest is the index and term of the newest durable snapshot
 	// (failStopStore.GetLog); nil when there is none.
-	Latest atomic.Pointer[snapPoint]
+	Latest atomic.Pointer[SnapPoint]
 	// Kept counts the entries past a received snapshot that the node held
 	// when it installed it, and Kept (for tests).
 	Kept atomic.Uint64
@@ -161,14 +162,14 @@ type SnapStore struct {
 	staging chan struct{}
 }
 
-// snapPoint is the last entry a snapshot covers.
-type snapPoint struct{ index, term uint64 }
+// SnapPoint is the last entry a snapshot covers.
+type SnapPoint struct{ Index, Term uint64 }
 
 // noteLatest records p as the newest snapshot unless a newer one is.
-func (s *SnapStore) noteLatest(p snapPoint) {
+func (s *SnapStore) noteLatest(p SnapPoint) {
 	for {
 		cur := s.Latest.Load()
-		if cur != nil && cur.index >= p.index {
+		if cur != nil && cur.Index >= p.Index {
 			return
 		}
 		if s.Latest.CompareAndSwap(cur, &p) {
@@ -178,26 +179,26 @@ func (s *SnapStore) noteLatest(p snapPoint) {
 }
 
 const (
-	snapSuffix = ".snap"
+	SnapSuffix = ".snap"
 	tmpSuffix  = ".tmp"
 )
 
 // SnapFile is a snapshot on disk.
 type SnapFile struct {
-	meta        raft.SnapshotMeta
-	state       []byte
-	floor       uint64
-	recordBytes uint64
-	// archive is the group that holds the snapshot's records below raft's
+	Meta        raft.SnapshotMeta
+	State       []byte
+	Floor       uint64
+	RecordBytes uint64
+	// Archive is the group that holds the snapshot's records below raft's
 	// log.
-	archive uint64
-	// received is set for a snapshot a leader sent, whose records the
+	Archive uint64
+	// Received is set for a snapshot a leader sent, whose records the
 	// stream carried; false for one taken here.
-	received bool
+	Received bool
 }
 
 func (f *SnapFile) streamSize() int64 {
-	return int64(streamHeaderFixed+len(f.state)) + int64(f.recordBytes) + streamEndSize
+	return int64(streamHeaderFixed+len(f.State)) + int64(f.RecordBytes) + streamEndSize
 }
 
 // The snapshot file (all integers big-endian):
@@ -214,27 +215,27 @@ const (
 )
 
 func EncodeSnapFile(f *SnapFile) ([]byte, error) {
-	mj, err := json.Marshal(&f.meta)
+	mj, err := json.Marshal(&f.Meta)
 	if err != nil {
 		return nil, err
 	}
 	b := []byte(fileMagic)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(mj)))
 	b = append(b, mj...)
-	b = binary.BigEndian.AppendUint64(b, f.archive)
+	b = binary.BigEndian.AppendUint64(b, f.Archive)
 	var flags byte
-	if f.received {
+	if f.Received {
 		flags |= fileFlagRcv
 	}
 	b = append(b, flags)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(f.state)))
-	b = append(b, f.state...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.State)))
+	b = append(b, f.State...)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable)), nil
 }
 
 // decodeSnapFile decodes a snapshot file; path names it in errors.
-func decodeSnapFile(path string, b []byte) (*SnapFile, error) {
-	bad := func(what string) error { return fmt.Errorf("node: snapshot %s: %s", path, what) }
+func decodeSnapFile(path string, b []byte, groups Groups) (*SnapFile, error) {
+	bad := func(what string) error { return fmt.Errorf("replica: snapshot %s: %s", path, what) }
 	if len(b) < len(fileMagic)+12 {
 		return nil, bad("not a snapshot file")
 	}
@@ -261,42 +262,42 @@ func decodeSnapFile(path string, b []byte) (*SnapFile, error) {
 		rest = rest[4+n:]
 		return c
 	}
-	f := &SnapFile{archive: archiveGroupA}
+	f := &SnapFile{Archive: groups.ArchiveA}
 	mj := chunk()
 	if magic == fileMagic && len(rest) >= 9 {
-		f.archive = binary.BigEndian.Uint64(rest)
-		f.received = rest[8]&fileFlagRcv != 0
+		f.Archive = binary.BigEndian.Uint64(rest)
+		f.Received = rest[8]&fileFlagRcv != 0
 		rest = rest[9:]
 	} else if magic == fileMagic {
 		rest = nil
 	}
-	f.state = chunk()
-	if mj == nil || f.state == nil || len(rest) != 0 {
+	f.State = chunk()
+	if mj == nil || f.State == nil || len(rest) != 0 {
 		return nil, bad("is truncated")
 	}
-	if f.archive != archiveGroupA && f.archive != archiveGroupB {
-		return nil, bad(fmt.Sprintf("names group %d as its archive", f.archive))
+	if !groups.isArchive(f.Archive) {
+		return nil, bad(fmt.Sprintf("names group %d as its archive", f.Archive))
 	}
-	if err := json.Unmarshal(mj, &f.meta); err != nil {
+	if err := json.Unmarshal(mj, &f.Meta); err != nil {
 		return nil, bad(err.Error())
 	}
 	var err error
-	if f.floor, f.recordBytes, err = stateLedger(f.state); err != nil {
+	if f.Floor, f.RecordBytes, err = stateLedger(f.State); err != nil {
 		return nil, bad(err.Error())
 	}
-	f.meta.Size = f.streamSize()
+	f.Meta.Size = f.streamSize()
 	return f, nil
 }
 
-func (s *SnapStore) path(id string) string { return filepath.Join(s.dir, id+snapSuffix) }
+func (s *SnapStore) path(id string) string { return filepath.Join(s.dir, id+SnapSuffix) }
 
 func (s *SnapStore) readFile(id string) (*SnapFile, error) {
 	path := s.path(id)
 	b, err := readFileFS(s.fs, path)
 	if err != nil {
-		return nil, fmt.Errorf("node: read snapshot %s: %w", path, err)
+		return nil, fmt.Errorf("replica: read snapshot %s: %w", path, err)
 	}
-	return decodeSnapFile(path, b)
+	return decodeSnapFile(path, b, s.groups)
 }
 
 // readFileFS reads a whole file.
@@ -311,7 +312,7 @@ func readFileFS(fs vfs.FS, path string) ([]byte, error) {
 		return nil, err
 	}
 	if n > maxStateSize+1<<20 {
-		return nil, fmt.Errorf("node: %s: %d bytes is too large for a snapshot file", path, n)
+		return nil, fmt.Errorf("replica: %s: %d bytes is too large for a snapshot file", path, n)
 	}
 	b := make([]byte, n)
 	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
@@ -328,9 +329,17 @@ func (s *SnapStore) List() ([]*raft.SnapshotMeta, error) {
 	}
 	metas := make([]*raft.SnapshotMeta, len(files))
 	for i, f := range files {
-		metas[i] = &f.meta
+		metas[i] = &f.Meta
 	}
 	return metas, nil
+}
+
+// ReadSnapFiles returns the snapshot files in dir, newest first, for a
+// log whose groups are groups, without opening a store: a file that does
+// not read is an error.
+func ReadSnapFiles(fs vfs.FS, dir string, groups Groups) ([]*SnapFile, error) {
+	s := &SnapStore{fs: fs, dir: dir, groups: groups, logger: hclog.NewNullLogger()}
+	return s.ReadFiles(true)
 }
 
 // Files returns the readable snapshots, newest first, skipping the others
@@ -342,11 +351,11 @@ func (s *SnapStore) Files() ([]*SnapFile, error) { return s.ReadFiles(false) }
 func (s *SnapStore) ReadFiles(strict bool) ([]*SnapFile, error) {
 	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
-		return nil, fmt.Errorf("node: list snapshots: %w", err)
+		return nil, fmt.Errorf("replica: list snapshots: %w", err)
 	}
 	var files []*SnapFile
 	for _, name := range names {
-		id, ok := strings.CutSuffix(name, snapSuffix)
+		id, ok := strings.CutSuffix(name, SnapSuffix)
 		if !ok {
 			continue
 		}
@@ -368,13 +377,13 @@ func (s *SnapStore) ReadFiles(strict bool) ([]*SnapFile, error) {
 // same snapshot received again: the later copy first, as IDs end in the
 // creation time in milliseconds).
 func newer(a, b *SnapFile) bool {
-	if a.meta.Index != b.meta.Index {
-		return a.meta.Index > b.meta.Index
+	if a.Meta.Index != b.Meta.Index {
+		return a.Meta.Index > b.Meta.Index
 	}
-	if a.meta.Term != b.meta.Term {
-		return a.meta.Term > b.meta.Term
+	if a.Meta.Term != b.Meta.Term {
+		return a.Meta.Term > b.Meta.Term
 	}
-	return a.meta.ID > b.meta.ID
+	return a.Meta.ID > b.Meta.ID
 }
 
 // Open implements raft.SnapshotStore. The reader yields the state and then
@@ -385,9 +394,9 @@ func (s *SnapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	meta := f.meta
-	hdr := appendStreamHeaderFlags(nil, f.state, flagRecords)
-	rs := &recordStream{view: s.view, next: f.floor, last: meta.Index, want: f.recordBytes}
+	meta := f.Meta
+	hdr := appendStreamHeaderFlags(nil, f.State, flagRecords)
+	rs := &recordStream{view: s.view, next: f.Floor, last: meta.Index, want: f.RecordBytes}
 	return &meta, readCloser{io.MultiReader(bytes.NewReader(hdr), rs)}, nil
 }
 
@@ -425,7 +434,7 @@ func (r *recordStream) fill() error {
 	var l raft.Log
 	for r.next <= r.last && len(r.buf) < 1<<20 {
 		if err := r.view.GetLog(r.next, &l); err != nil {
-			return fmt.Errorf("node: snapshot stream at index %d: %w", r.next, err)
+			return fmt.Errorf("replica: snapshot stream at index %d: %w", r.next, err)
 		}
 		r.next++
 		if l.Type != raft.LogCommand {
@@ -437,7 +446,7 @@ func (r *recordStream) fill() error {
 	}
 	if r.next > r.last {
 		if r.sent != r.want {
-			return fmt.Errorf("node: snapshot stream holds %d record bytes, its ledger says %d", r.sent, r.want)
+			return fmt.Errorf("replica: snapshot stream holds %d record bytes, its ledger says %d", r.sent, r.want)
 		}
 		r.buf = appendStreamEnd(r.buf, r.records)
 		r.done = true

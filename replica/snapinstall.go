@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bufio"
@@ -51,12 +51,12 @@ import (
 // Raft must not run yet.
 func OpenSnapStore(fs vfs.FS, dir string, view *LogView, db *raftstore.DB, logger hclog.Logger) (*SnapStore, error) {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("node: create %s: %w", dir, err)
+		return nil, fmt.Errorf("replica: create %s: %w", dir, err)
 	}
 	if err := fs.SyncDir(filepath.Dir(dir)); err != nil {
-		return nil, fmt.Errorf("node: create %s: %w", dir, err)
+		return nil, fmt.Errorf("replica: create %s: %w", dir, err)
 	}
-	s := &SnapStore{fs: fs, dir: dir, view: view, db: db, logger: logger, retain: 2, staging: make(chan struct{}, 1)}
+	s := &SnapStore{fs: fs, dir: dir, view: view, groups: view.Groups, db: db, logger: logger, retain: 2, staging: make(chan struct{}, 1)}
 	if err := s.recover(); err != nil {
 		return nil, err
 	}
@@ -67,13 +67,13 @@ func OpenSnapStore(fs vfs.FS, dir string, view *LogView, db *raftstore.DB, logge
 func (s *SnapStore) recover() error {
 	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
-		return fmt.Errorf("node: list snapshots: %w", err)
+		return fmt.Errorf("replica: list snapshots: %w", err)
 	}
 	dirty := false
 	for _, name := range names {
 		if strings.HasSuffix(name, tmpSuffix) {
 			if err := s.fs.Remove(filepath.Join(s.dir, name)); err != nil {
-				return fmt.Errorf("node: remove %s: %w", name, err)
+				return fmt.Errorf("replica: remove %s: %w", name, err)
 			}
 			dirty = true
 		}
@@ -85,9 +85,9 @@ func (s *SnapStore) recover() error {
 	if err != nil {
 		return fmt.Errorf("%w: the data dir is damaged; wipe it and start the node with --join", err)
 	}
-	cur := uint64(archiveGroupA)
+	cur := s.view.Groups.ArchiveA
 	if len(files) > 0 {
-		cur = files[0].archive
+		cur = files[0].Archive
 	}
 	if err := s.switchArchive(cur); err != nil {
 		return err
@@ -103,7 +103,7 @@ func (s *SnapStore) recover() error {
 	}
 	if len(files) > 0 {
 		f := files[0]
-		s.noteLatest(snapPoint{f.meta.Index, f.meta.Term})
+		s.noteLatest(SnapPoint{f.Meta.Index, f.Meta.Term})
 		s.finish(f)
 	}
 	return nil
@@ -117,9 +117,9 @@ func (s *SnapStore) switchArchive(g uint64) error {
 		return err
 	}
 	s.view.Archive.Store(st)
-	other, _ := s.view.archiveStore(otherArchive(g))
+	other, _ := s.view.archiveStore(s.view.Groups.otherArchive(g))
 	if err := EmptyStore(other); err != nil {
-		return fmt.Errorf("node: empty the old archive (group %d): %w", otherArchive(g), err)
+		return fmt.Errorf("replica: empty the old archive (group %d): %w", s.view.Groups.otherArchive(g), err)
 	}
 	return nil
 }
@@ -132,12 +132,12 @@ func (s *SnapStore) switchArchive(g uint64) error {
 func (s *SnapStore) removeStale(files []*SnapFile, cur uint64, keep string) (bool, error) {
 	removed, kept := false, 0
 	for _, f := range files {
-		if f.meta.ID == keep || (f.archive == cur && kept < s.retain) {
+		if f.Meta.ID == keep || (f.Archive == cur && kept < s.retain) {
 			kept++
 			continue
 		}
-		if err := s.fs.Remove(s.path(f.meta.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return removed, fmt.Errorf("node: remove snapshot %s: %w", f.meta.ID, err)
+		if err := s.fs.Remove(s.path(f.Meta.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("replica: remove snapshot %s: %w", f.Meta.ID, err)
 		}
 		removed = true
 	}
@@ -150,15 +150,15 @@ func (s *SnapStore) removeStale(files []*SnapFile, cur uint64, keep string) (boo
 // so the store's recovery runs them again for the newest snapshot. mu must
 // be held, or the store not yet shared.
 func (s *SnapStore) finish(f *SnapFile) {
-	if f.received {
-		kept, err := s.view.DropLiveThrough(f.meta.Index)
+	if f.Received {
+		kept, err := s.view.DropLiveThrough(f.Meta.Index)
 		if err != nil {
-			s.logger.Error("deleting the entries a received snapshot covers", "index", f.meta.Index, "error", err)
+			s.logger.Error("deleting the entries a received snapshot covers", "index", f.Meta.Index, "error", err)
 		}
 		s.Kept.Add(kept)
 	}
-	if err := s.view.DeleteBelow(f.floor, f.meta.Index); err != nil {
-		s.logger.Error("deleting trimmed entries", "floor", f.floor, "error", err)
+	if err := s.view.DeleteBelow(f.Floor, f.Meta.Index); err != nil {
+		s.logger.Error("deleting trimmed entries", "floor", f.Floor, "error", err)
 	}
 }
 
@@ -218,7 +218,7 @@ func (k *snapSink) Cancel() error {
 		return nil
 	}
 	k.closed = true
-	k.pw.CloseWithError(errors.New("node: snapshot cancelled"))
+	k.pw.CloseWithError(errors.New("replica: snapshot cancelled"))
 	<-k.done
 	k.unstage()
 	return nil
@@ -266,15 +266,15 @@ func (k *snapSink) close() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := &SnapFile{meta: k.meta, state: k.state, floor: k.floor, archive: k.staged, received: k.received}
+	f := &SnapFile{Meta: k.meta, State: k.state, Floor: k.floor, Archive: k.staged, Received: k.received}
 	if !k.received {
-		f.archive = s.currentArchive()
-	} else if p := s.Latest.Load(); p != nil && p.index > f.meta.Index {
+		f.Archive = s.currentArchive()
+	} else if p := s.Latest.Load(); p != nil && p.Index > f.Meta.Index {
 		// Raft sends a snapshot only to a node whose log ends below the
 		// leader's, so this does not happen; switching to an older
 		// snapshot would leave the newer one without its records.
 		k.unstage()
-		return fmt.Errorf("node: received snapshot at index %d is older than the one at %d held here", f.meta.Index, p.index)
+		return fmt.Errorf("replica: received snapshot at index %d is older than the one at %d held here", f.Meta.Index, p.Index)
 	}
 	b, err := EncodeSnapFile(f)
 	if err != nil {
@@ -290,7 +290,7 @@ func (k *snapSink) close() error {
 		// The rename happened, the directory sync failed: whether the
 		// new snapshot or the old one survives a crash is unknown, so
 		// neither archive may go. Stop; the next start finds out.
-		err = fmt.Errorf("node: snapshot %s: %w", k.meta.ID, err)
+		err = fmt.Errorf("replica: snapshot %s: %w", k.meta.ID, err)
 		if s.Fail != nil {
 			s.Fail(err)
 		}
@@ -303,10 +303,10 @@ func (k *snapSink) close() error {
 		}
 		<-s.staging
 	}
-	s.noteLatest(snapPoint{k.meta.Index, k.meta.Term})
+	s.noteLatest(SnapPoint{k.meta.Index, k.meta.Term})
 	if files, err := s.Files(); err != nil {
 		s.logger.Warn("listing snapshots to remove old ones", "error", err)
-	} else if removed, err := s.removeStale(files, f.archive, k.meta.ID); err != nil || removed {
+	} else if removed, err := s.removeStale(files, f.Archive, k.meta.ID); err != nil || removed {
 		if err == nil {
 			err = s.fs.SyncDir(s.dir)
 		}
@@ -342,10 +342,10 @@ func (k *snapSink) parse(r *bufio.Reader) error {
 	select {
 	case s.staging <- struct{}{}:
 	default:
-		return errors.New("node: another snapshot is being installed")
+		return errors.New("replica: another snapshot is being installed")
 	}
 	s.mu.Lock()
-	k.staged = otherArchive(s.currentArchive())
+	k.staged = s.view.Groups.otherArchive(s.currentArchive())
 	s.mu.Unlock()
 	k.received = true
 	st, _ := s.view.archiveStore(k.staged)
@@ -363,7 +363,7 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 	var fixed [streamRecordFixed]byte
 	for {
 		if _, err := io.ReadFull(r, fixed[:1]); err != nil {
-			return fmt.Errorf("node: snapshot stream after %d records: %w", records, err)
+			return fmt.Errorf("replica: snapshot stream after %d records: %w", records, err)
 		}
 		if fixed[0] == 0 {
 			if err := expectCount(r, records); err != nil {
@@ -372,10 +372,10 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 			break
 		}
 		if fixed[0] != 1 {
-			return fmt.Errorf("node: snapshot stream: record tag %d after %d records", fixed[0], records)
+			return fmt.Errorf("replica: snapshot stream: record tag %d after %d records", fixed[0], records)
 		}
 		if _, err := io.ReadFull(r, fixed[1:]); err != nil {
-			return fmt.Errorf("node: snapshot stream record %d: %w", records, err)
+			return fmt.Errorf("replica: snapshot stream record %d: %w", records, err)
 		}
 		l := &raft.Log{
 			Index:      binary.BigEndian.Uint64(fixed[1:]),
@@ -385,24 +385,24 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 		}
 		n, sum := binary.BigEndian.Uint32(fixed[25:]), binary.BigEndian.Uint32(fixed[29:])
 		if l.Index < w.next || l.Index > k.meta.Index {
-			return fmt.Errorf("node: snapshot stream: record index %d outside [%d, %d]", l.Index, w.next, k.meta.Index)
+			return fmt.Errorf("replica: snapshot stream: record index %d outside [%d, %d]", l.Index, w.next, k.meta.Index)
 		}
 		if n > maxStateSize {
-			return fmt.Errorf("node: snapshot stream: record of %d bytes", n)
+			return fmt.Errorf("replica: snapshot stream: record of %d bytes", n)
 		}
 		l.Data = make([]byte, n)
 		if _, err := io.ReadFull(r, l.Data); err != nil {
-			return fmt.Errorf("node: snapshot stream record at index %d: %w", l.Index, err)
+			return fmt.Errorf("replica: snapshot stream record at index %d: %w", l.Index, err)
 		}
 		if crc32.Checksum(l.Data, crcTable) != sum {
-			return fmt.Errorf("node: snapshot stream record at index %d fails its checksum", l.Index)
+			return fmt.Errorf("replica: snapshot stream record at index %d fails its checksum", l.Index)
 		}
-		if err := w.write(l); err != nil {
+		if err := w.Write(l); err != nil {
 			return err
 		}
 		records++
 	}
-	if err := w.finish(k.meta.Index); err != nil {
+	if err := w.Finish(k.meta.Index); err != nil {
 		return err
 	}
 	k.store.logger.Info("snapshot records staged", "floor", floor, "index", k.meta.Index, "records", records, "group", st.Group())
@@ -412,7 +412,7 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 func expectEnd(r io.Reader, records uint64) error {
 	var tag [1]byte
 	if _, err := io.ReadFull(r, tag[:]); err != nil || tag[0] != 0 {
-		return fmt.Errorf("node: snapshot stream: missing end marker (%v)", err)
+		return fmt.Errorf("replica: snapshot stream: missing end marker (%v)", err)
 	}
 	return expectCount(r, records)
 }
@@ -420,14 +420,14 @@ func expectEnd(r io.Reader, records uint64) error {
 func expectCount(r io.Reader, records uint64) error {
 	var b [8]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return fmt.Errorf("node: snapshot stream end: %w", err)
+		return fmt.Errorf("replica: snapshot stream end: %w", err)
 	}
 	if got := binary.BigEndian.Uint64(b[:]); got != records {
-		return fmt.Errorf("node: snapshot stream ends claiming %d records, %d came", got, records)
+		return fmt.Errorf("replica: snapshot stream ends claiming %d records, %d came", got, records)
 	}
 	var extra [1]byte
 	if n, _ := r.Read(extra[:]); n != 0 {
-		return errors.New("node: snapshot stream: bytes after the end marker")
+		return errors.New("replica: snapshot stream: bytes after the end marker")
 	}
 	return nil
 }
@@ -448,7 +448,7 @@ func WriteFileFS(fs vfs.FS, path string, b []byte) (renamed bool, err error) {
 	dir := filepath.Dir(path)
 	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		return false, fmt.Errorf("node: write %s: %w", path, err)
+		return false, fmt.Errorf("replica: write %s: %w", path, err)
 	}
 	_, err = f.WriteAt(b, 0)
 	if err == nil {
@@ -462,19 +462,19 @@ func WriteFileFS(fs vfs.FS, path string, b []byte) (renamed bool, err error) {
 	}
 	if err != nil {
 		fs.Remove(tmp)
-		return false, fmt.Errorf("node: write %s: %w", path, err)
+		return false, fmt.Errorf("replica: write %s: %w", path, err)
 	}
 	if err := fs.SyncDir(dir); err != nil {
-		return true, fmt.Errorf("node: write %s: %w", path, err)
+		return true, fmt.Errorf("replica: write %s: %w", path, err)
 	}
 	return true, nil
 }
 
-// entryWriter stores entries of increasing index in a store, in batches,
+// EntryWriter stores entries of increasing index in a store, in batches,
 // with no-ops of its term for the indexes between them: what a snapshot
 // install and a restore write into an archive group. It belongs to one
 // goroutine.
-type entryWriter struct {
+type EntryWriter struct {
 	st    *raftstore.Store
 	term  uint64 // of the no-ops
 	next  uint64 // the index the next entry or no-op takes
@@ -482,28 +482,28 @@ type entryWriter struct {
 	size  int // data bytes in batch
 }
 
-func NewEntryWriter(st *raftstore.Store, from, term uint64) *entryWriter {
-	return &entryWriter{st: st, next: from, term: term}
+func NewEntryWriter(st *raftstore.Store, from, term uint64) *EntryWriter {
+	return &EntryWriter{st: st, next: from, term: term}
 }
 
-// write stores l, after no-ops for the indexes before it; l.Index is at
+// Write stores l, after no-ops for the indexes before it; l.Index is at
 // least the next index.
-func (w *entryWriter) write(l *raft.Log) error {
+func (w *EntryWriter) Write(l *raft.Log) error {
 	if err := w.noopsTo(l.Index); err != nil {
 		return err
 	}
 	return w.add(l)
 }
 
-// finish writes no-ops up to last and stores what is batched.
-func (w *entryWriter) finish(last uint64) error {
+// Finish writes no-ops up to last and stores what is batched.
+func (w *EntryWriter) Finish(last uint64) error {
 	if err := w.noopsTo(last + 1); err != nil {
 		return err
 	}
 	return w.flush()
 }
 
-func (w *entryWriter) add(l *raft.Log) error {
+func (w *EntryWriter) add(l *raft.Log) error {
 	w.batch = append(w.batch, l)
 	w.size += len(l.Data)
 	w.next = l.Index + 1
@@ -514,7 +514,7 @@ func (w *entryWriter) add(l *raft.Log) error {
 }
 
 // noopsTo writes no-ops for [next, end).
-func (w *entryWriter) noopsTo(end uint64) error {
+func (w *EntryWriter) noopsTo(end uint64) error {
 	for w.next < end {
 		if err := w.add(&raft.Log{Index: w.next, Term: w.term, Type: raft.LogNoop}); err != nil {
 			return err
@@ -523,7 +523,7 @@ func (w *entryWriter) noopsTo(end uint64) error {
 	return nil
 }
 
-func (w *entryWriter) flush() error {
+func (w *EntryWriter) flush() error {
 	if len(w.batch) == 0 {
 		return nil
 	}

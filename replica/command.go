@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"encoding/binary"
@@ -39,7 +39,7 @@ const (
 
 // errBadCommand reports an entry that does not decode. Entries are written
 // by nodes only, so it means a bug or a corrupt log.
-var errBadCommand = errors.New("node: malformed command entry")
+var errBadCommand = errors.New("replica: malformed command entry")
 
 // recordCmd is a decoded record entry.
 type recordCmd struct {

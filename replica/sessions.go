@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"errors"
@@ -146,11 +146,11 @@ func (f *FSM) openSession(c recordCmd) (*session, error) {
 		switch {
 		case c.base == 0:
 			return nil, sessionErr(c.client, c.seq, fmt.Sprintf(
-				"its session was evicted (a cluster keeps %d client sessions) and the client does not say which appends it has finished with (an older client)", maxSessions))
+				"its session was evicted (a cluster keeps %d client sessions) and the client does not say which appends it has finished with (an older client)", MaxSessions))
 		case c.base <= e.maxSeq:
 			return nil, sessionErr(c.client, c.seq, fmt.Sprintf(
 				"its session was evicted (a cluster keeps %d client sessions) while sequence numbers up to %d, which it had stored, may still be retried",
-				maxSessions, e.maxSeq))
+				MaxSessions, e.maxSeq))
 		}
 		delete(f.evicted, hash)
 		floor = c.base
@@ -158,7 +158,7 @@ func (f *FSM) openSession(c recordCmd) (*session, error) {
 	s := &session{id: c.client, floor: floor, reqs: map[uint64]*request{}}
 	s.elem = f.lru.PushFront(s)
 	f.sessions[c.client] = s
-	for len(f.sessions) > maxSessions {
+	for len(f.sessions) > MaxSessions {
 		f.evict()
 	}
 	return s, nil

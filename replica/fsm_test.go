@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bytes"
@@ -31,7 +31,7 @@ func newHarness(t *testing.T) *fsmHarness {
 	}
 	t.Cleanup(func() { db.Close() })
 	h := &fsmHarness{t: t, db: db, next: 1}
-	if h.view, err = NewLogView(db); err != nil {
+	if h.view, err = NewLogView(db, GroupsOf(0)); err != nil {
 		t.Fatal(err)
 	}
 	h.f = NewFSM(h.view, discardLogger())
@@ -107,11 +107,11 @@ func TestFSMSessionWindow(t *testing.T) {
 	if r := h.record("c", 5, 0, 1, "x"); !r.Void || !errors.Is(r.Err, ErrSessionExpired) {
 		t.Fatalf("retry below the window: %+v", r)
 	}
-	for i := range maxSessions + 5 {
+	for i := range MaxSessions + 5 {
 		h.record(string(rune('A'+i%26))+string(rune(i)), 1, 0, 1, "y")
 	}
-	if len(h.f.sessions) != maxSessions {
-		t.Fatalf("%d sessions, want %d", len(h.f.sessions), maxSessions)
+	if len(h.f.sessions) != MaxSessions {
+		t.Fatalf("%d sessions, want %d", len(h.f.sessions), MaxSessions)
 	}
 }
 
@@ -163,7 +163,7 @@ func TestFSMStateAndStreamSize(t *testing.T) {
 	if got := h.f.Member("n1"); got != "127.0.0.1:1" {
 		t.Fatalf("member n1 = %q", got)
 	}
-	bad := []byte{stateVersion, 0x80} // a truncated varint
+	bad := []byte{StateVersion, 0x80} // a truncated varint
 	if err := h.f.Restore(io.NopCloser(bytes.NewReader(appendStreamHeader(nil, bad)))); err == nil {
 		t.Fatal("restore of a corrupt state succeeded")
 	}

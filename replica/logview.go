@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"errors"
@@ -19,7 +19,7 @@ import (
 // archive are committed, so where both hold an index the archive's copy is
 // right.
 //
-// Two groups take turns as the archive (archiveGroupA and B): the current one,
+// Two groups take turns as the archive (Groups.ArchiveA and ArchiveB): the current one,
 // named by the newest snapshot file, and the other, which is empty or
 // holds the records of a snapshot being installed (snapinstall.go). An
 // install switches the current one; readers load it through an atomic
@@ -27,7 +27,10 @@ import (
 type LogView struct {
 	// Live is raft's log; set before the view is shared, never changed.
 	Live *raftstore.Store
-	// Archives are the stores of archiveGroupA and archiveGroupB; set
+	// Groups are the view's raftstore groups; set before the view is
+	// shared, never changed.
+	Groups Groups
+	// Archives are the stores of Groups.ArchiveA and ArchiveB; set
 	// before the view is shared, never changed.
 	Archives [2]*raftstore.Store
 	// Archive is the current Archive, one of archives. Changed only by the
@@ -45,13 +48,13 @@ type LogView struct {
 // NewLogView opens the live and archive groups of db, with the first
 // archive group current (the snapshot store's recovery may pick the
 // other).
-func NewLogView(db *raftstore.DB) (*LogView, error) {
-	v := &LogView{}
+func NewLogView(db *raftstore.DB, groups Groups) (*LogView, error) {
+	v := &LogView{Groups: groups}
 	var err error
-	if v.Live, err = db.Store(liveGroup); err != nil {
+	if v.Live, err = db.Store(groups.Live); err != nil {
 		return nil, err
 	}
-	for i, g := range []uint64{archiveGroupA, archiveGroupB} {
+	for i, g := range []uint64{groups.ArchiveA, groups.ArchiveB} {
 		if v.Archives[i], err = db.Store(g); err != nil {
 			return nil, err
 		}
@@ -63,20 +66,12 @@ func NewLogView(db *raftstore.DB) (*LogView, error) {
 // archiveStore returns the store of archive group g.
 func (v *LogView) archiveStore(g uint64) (*raftstore.Store, error) {
 	switch g {
-	case archiveGroupA:
+	case v.Groups.ArchiveA:
 		return v.Archives[0], nil
-	case archiveGroupB:
+	case v.Groups.ArchiveB:
 		return v.Archives[1], nil
 	}
-	return nil, fmt.Errorf("node: %d is not an archive group", g)
-}
-
-// otherArchive returns the archive group that is not g.
-func otherArchive(g uint64) uint64 {
-	if g == archiveGroupA {
-		return archiveGroupB
-	}
-	return archiveGroupA
+	return nil, fmt.Errorf("replica: %d is not an archive group", g)
 }
 
 // GetLog reads the entry at index from the archive or the live log. A
@@ -84,7 +79,7 @@ func otherArchive(g uint64) uint64 {
 func (v *LogView) GetLog(index uint64, out *raft.Log) error {
 	for {
 		ar := v.Archive.Load()
-		if first, last := bounds(ar); last != 0 && index >= first && index <= last {
+		if first, last := Bounds(ar); last != 0 && index >= first && index <= last {
 			err := ar.GetLog(index, out)
 			if !errors.Is(err, raft.ErrLogNotFound) {
 				return err
@@ -121,12 +116,12 @@ func (v *LogView) DeleteBelow(floor, upTo uint64) error {
 		to = min(to, p-1)
 	}
 	ar := v.Archive.Load()
-	if first, last := bounds(ar); last != 0 && first <= to {
+	if first, last := Bounds(ar); last != 0 && first <= to {
 		if err := ar.DeleteRange(first, min(to, last)); err != nil {
 			return err
 		}
 	}
-	if first, last := bounds(v.Live); last != 0 && first <= to {
+	if first, last := Bounds(v.Live); last != 0 && first <= to {
 		if err := v.liveStore().DeleteRange(first, min(to, last)); err != nil {
 			return err
 		}
@@ -140,7 +135,7 @@ func (v *LogView) DeleteBelow(floor, upTo uint64) error {
 // replaced. It returns how many entries live holds after index; they stay
 // (see failStopStore.IsMonotonic).
 func (v *LogView) DropLiveThrough(index uint64) (kept uint64, err error) {
-	first, last := bounds(v.Live)
+	first, last := Bounds(v.Live)
 	if last == 0 {
 		return 0, nil
 	}
@@ -155,22 +150,22 @@ func (v *LogView) DropLiveThrough(index uint64) (kept uint64, err error) {
 
 // First returns the lowest index held, 0 when none is.
 func (v *LogView) First() uint64 {
-	if first, last := bounds(v.Archive.Load()); last != 0 {
+	if first, last := Bounds(v.Archive.Load()); last != 0 {
 		return first
 	}
-	first, _ := bounds(v.Live)
+	first, _ := Bounds(v.Live)
 	return first
 }
 
 // EmptyStore deletes every entry of s; durable when it returns.
 func EmptyStore(s *raftstore.Store) error {
-	if first, last := bounds(s); last != 0 {
+	if first, last := Bounds(s); last != 0 {
 		return s.DeleteRange(first, last)
 	}
 	return nil
 }
 
-func bounds(s *raftstore.Store) (first, last uint64) {
+func Bounds(s *raftstore.Store) (first, last uint64) {
 	first, _ = s.FirstIndex()
 	last, _ = s.LastIndex()
 	return first, last

@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bytes"
@@ -184,7 +184,7 @@ func openStorage(fs vfs.FS, flush raftstore.FlushMode) (*storage, error) {
 		return nil, err
 	}
 	st := &storage{db: db}
-	if st.view, err = NewLogView(db); err == nil {
+	if st.view, err = NewLogView(db, GroupsOf(0)); err == nil {
 		st.snap, err = OpenSnapStore(fs, storageDir+"/snapshots", st.view, db, discardLogger())
 	}
 	if err != nil {
@@ -443,17 +443,17 @@ func (sc *installScene) check(st *storage) (uint64, error) {
 	wantFirst, wantLast := uint64(120), uint64(sceneS1)
 	if meta.Index == sceneS2 {
 		wantFirst, wantLast = floor, sceneS2
-		if first, _ := bounds(st.view.Live); first <= sceneS2 {
+		if first, _ := Bounds(st.view.Live); first <= sceneS2 {
 			return 0, fmt.Errorf("live still holds %d, below the received snapshot", first)
 		}
 	}
 	ar := st.view.Archive.Load()
-	if first, last := bounds(ar); first != wantFirst || last != wantLast {
+	if first, last := Bounds(ar); first != wantFirst || last != wantLast {
 		return 0, fmt.Errorf("snapshot at %d: archive (group %d) holds [%d, %d], want [%d, %d]", meta.Index, ar.Group(), first, last, wantFirst, wantLast)
 	}
 	for _, a := range st.view.Archives {
 		if a != ar {
-			if first, last := bounds(a); last != 0 {
+			if first, last := Bounds(a); last != 0 {
 				return 0, fmt.Errorf("snapshot at %d: group %d, not the archive, holds [%d, %d]", meta.Index, a.Group(), first, last)
 			}
 		}

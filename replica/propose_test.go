@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"runtime"
@@ -63,7 +63,7 @@ func waitPending(t *testing.T, p *Proposer, n int) {
 }
 
 // recv waits for the proposal on ch.
-func recv(t *testing.T, ch <-chan *proposal) *proposal {
+func recv(t *testing.T, ch <-chan *Proposal) *Proposal {
 	t.Helper()
 	select {
 	case pr := <-ch:
@@ -76,8 +76,8 @@ func recv(t *testing.T, ch <-chan *proposal) *proposal {
 
 // proposeAsync proposes in a goroutine and returns a channel that yields
 // the proposal once it is proposed.
-func proposeAsync(p *Proposer, c ...string) <-chan *proposal {
-	ch := make(chan *proposal, 1)
+func proposeAsync(p *Proposer, c ...string) <-chan *Proposal {
+	ch := make(chan *Proposal, 1)
 	go func() { ch <- p.Propose(cmds(c...)) }()
 	return ch
 }
@@ -89,8 +89,8 @@ func TestProposerProposesAtOnceWhenIdle(t *testing.T) {
 	if got := a.proposed(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("proposed %q, want [a b]", got)
 	}
-	if len(pr.futures) != 2 {
-		t.Fatalf("%d futures, want 2", len(pr.futures))
+	if len(pr.Futures) != 2 {
+		t.Fatalf("%d futures, want 2", len(pr.Futures))
 	}
 	p.Finish(pr)
 	// Idle again: the next one goes at once too.

@@ -1,15 +1,18 @@
-package node
+package replica
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"sort"
+
+	"github.com/hashicorp/go-hclog"
 )
 
-// stateVersion is the version of the encoded state machine state that
+// StateVersion is the version of the encoded state machine state that
 // this node writes. Version 1 lacks the evicted sessions at the end; this
 // node reads it as a state without any.
-const stateVersion = 2
+const StateVersion = 2
 
 // knownStateVersion reports whether v is a state version this node reads.
 func knownStateVersion(v byte) bool { return v == 1 || v == 2 }
@@ -23,7 +26,7 @@ func knownStateVersion(v byte) bool { return v == 1 || v == 2 }
 //	version 2: floor | floorCum | total | cmds | marks | voids | members | sessions | evicted
 //	evicted:   uvarint count | count x (8-byte big-endian client id hash | uvarint max seq)
 func (f *FSM) encodeLocked() []byte {
-	b := []byte{stateVersion}
+	b := []byte{StateVersion}
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	s := func(v string) { u(uint64(len(v))); b = append(b, v...) }
 	u(f.floor)
@@ -32,8 +35,8 @@ func (f *FSM) encodeLocked() []byte {
 	u(f.cmds)
 	u(uint64(len(f.marks)))
 	for _, m := range f.marks {
-		u(m.index)
-		u(m.cum)
+		u(m.Index)
+		u(m.Cum)
 	}
 	u(uint64(len(f.voids)))
 	for _, v := range f.voids {
@@ -78,7 +81,7 @@ func (f *FSM) encodeLocked() []byte {
 // f.mu held.
 func (f *FSM) decodeLocked(b []byte) error {
 	if len(b) == 0 || !knownStateVersion(b[0]) {
-		return fmt.Errorf("node: snapshot state version %v, want 1 to %d", b[:min(1, len(b))], stateVersion)
+		return fmt.Errorf("replica: snapshot state version %v, want 1 to %d", b[:min(1, len(b))], StateVersion)
 	}
 	version := b[0]
 	r := cmdReader{b: b[1:]}
@@ -140,7 +143,62 @@ func (f *FSM) decodeLocked(b []byte) error {
 	}
 	if err := r.end(); err != nil {
 		f.reset()
-		return fmt.Errorf("node: snapshot state does not decode: %w", err)
+		return fmt.Errorf("replica: snapshot state does not decode: %w", err)
 	}
 	return nil
+}
+
+// ErrStateVersion reports a state machine state of a version this
+// package does not read.
+var ErrStateVersion = errors.New("replica: unknown state version")
+
+// RestoredState reads a state machine state taken from a backup whose
+// first retained index is floor, and returns the state a restored replica
+// starts from: the same, with the members' client addresses forgotten. It
+// also returns the retained records' size by the state's byte ledger and
+// the number of client sessions. A state of an unknown version fails with
+// ErrStateVersion; one that does not decode, or has another floor, with
+// an error saying what is wrong.
+func RestoredState(state []byte, floor uint64) ([]byte, uint64, int, error) {
+	if len(state) > 0 && !knownStateVersion(state[0]) {
+		return nil, 0, 0, fmt.Errorf("%w: the state machine's state has version %d; this version reads 1 to %d", ErrStateVersion, state[0], StateVersion)
+	}
+	f := NewFSM(nil, hclog.NewNullLogger())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.decodeLocked(state); err != nil {
+		return nil, 0, 0, fmt.Errorf("the state machine's state: %v", err)
+	}
+	if f.floor != floor {
+		return nil, 0, 0, fmt.Errorf("the state has floor %d, the header %d", f.floor, floor)
+	}
+	f.members = map[string]string{}
+	return f.encodeLocked(), f.total - f.floorCum, len(f.sessions), nil
+}
+
+// State returns the state machine's state, encoded as its snapshots hold
+// it.
+func (f *FSM) State() []byte {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.encodeLocked()
+}
+
+// StateSummary is what an encoded state holds, in numbers.
+type StateSummary struct {
+	Floor       uint64            // the first retained index
+	RecordBytes uint64            // the retained records' size by the byte ledger
+	Sessions    int               // client sessions
+	Members     map[string]string // node id to client address
+}
+
+// SummarizeState decodes an encoded state (FSM.State, SnapFile.State).
+func SummarizeState(state []byte) (StateSummary, error) {
+	f := NewFSM(nil, hclog.NewNullLogger())
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.decodeLocked(state); err != nil {
+		return StateSummary{}, err
+	}
+	return StateSummary{Floor: f.floor, RecordBytes: f.total - f.floorCum, Sessions: len(f.sessions), Members: f.members}, nil
 }

@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"container/list"
@@ -36,9 +36,9 @@ import (
 const (
 	// markEvery is how many command entries lie between ledger marks.
 	markEvery = 1024
-	// maxSessions bounds the client sessions kept; the least recently used
+	// MaxSessions bounds the client sessions kept; the least recently used
 	// is forgotten first.
-	maxSessions = 8192
+	MaxSessions = 8192
 	// sessionWindow is how many recent Appends a session remembers. A
 	// client must keep fewer Appends than this in flight.
 	sessionWindow = 1024
@@ -49,7 +49,7 @@ const (
 )
 
 // Mark records that the command entries below index add up to cum bytes.
-type Mark struct{ index, cum uint64 }
+type Mark struct{ Index, Cum uint64 }
 
 // session is one client's duplicate-suppression state.
 type session struct {
@@ -287,16 +287,16 @@ func (f *FSM) trim(below uint64) bool {
 	}
 	base := Mark{f.floor, f.floorCum}
 	for _, m := range f.marks {
-		if m.index > below {
+		if m.Index > below {
 			break
 		}
-		if m.index >= base.index {
+		if m.Index >= base.Index {
 			base = m
 		}
 	}
-	cum := base.cum
+	cum := base.Cum
 	var l raft.Log
-	for idx := base.index; idx < below; idx++ {
+	for idx := base.Index; idx < below; idx++ {
 		if err := f.view.GetLog(idx, &l); err != nil {
 			// A log with a hole below the floor: not one this node's
 			// snapshot installs leave (snapinstall.go). Its next install
@@ -309,7 +309,7 @@ func (f *FSM) trim(below uint64) bool {
 		}
 	}
 	f.floor, f.floorCum = below, cum
-	i := sort.Search(len(f.marks), func(i int) bool { return f.marks[i].index >= below })
+	i := sort.Search(len(f.marks), func(i int) bool { return f.marks[i].Index >= below })
 	f.marks = slices.Clone(f.marks[i:])
 	j := sort.Search(len(f.voids), func(i int) bool { return f.voids[i] >= below })
 	f.voids = slices.Clone(f.voids[j:])
@@ -387,14 +387,14 @@ func (f *FSM) RetentionByBytes(maxBytes uint64) uint64 {
 		return 0
 	}
 	// The first mark after which at most maxBytes remain.
-	i := sort.Search(len(f.marks), func(i int) bool { return f.total-f.marks[i].cum <= maxBytes })
+	i := sort.Search(len(f.marks), func(i int) bool { return f.total-f.marks[i].Cum <= maxBytes })
 	if i == 0 || i == len(f.marks) {
 		if i == len(f.marks) && len(f.marks) > 0 {
-			return f.marks[len(f.marks)-1].index
+			return f.marks[len(f.marks)-1].Index
 		}
 		return 0
 	}
-	return f.marks[i].index
+	return f.marks[i].Index
 }
 
 // MarksCopy returns the ledger marks above the floor.
