@@ -236,7 +236,8 @@ func restoredState(state []byte, hdr backup.Header) ([]byte, uint64, int, error)
 	out, bytes, sessions, err := replica.RestoredState(state, hdr.Floor)
 	switch {
 	case errors.Is(err, replica.ErrStateVersion):
-		return nil, 0, 0, fmt.Errorf("node: restore: %w: %v (a backup from a newer raftlog)", backup.ErrUnsupportedVersion, err)
+		return nil, 0, 0, fmt.Errorf("node: restore: %w: the state machine's state in it has version %d; this node reads 1 to %d (a backup from a newer raftlog)",
+			backup.ErrUnsupportedVersion, state[0], replica.StateVersion)
 	case err != nil:
 		return nil, 0, 0, fmt.Errorf("node: restore: %w: %v", backup.ErrCorrupt, err)
 	}

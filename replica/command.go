@@ -80,10 +80,13 @@ func AppendRecordCmd(dst []byte, client string, seq, i, n, base, after uint64, p
 	return append(dst, payload...)
 }
 
+// EncodeTrimCmd encodes a trim: raise the first retained index to below.
 func EncodeTrimCmd(below uint64) []byte {
 	return binary.AppendUvarint([]byte{kindTrim}, below)
 }
 
+// EncodeMemberCmd encodes the record of a member's client address,
+// which each leader commits first in its term.
 func EncodeMemberCmd(id, addr string) []byte {
 	b := []byte{kindMember}
 	b = binary.AppendUvarint(b, uint64(len(id)))

@@ -1,8 +1,10 @@
-// Package replica holds what one replicated log keeps on a node besides
-// raft itself: the state machine (FSM), the log view over the node's
-// raftstore DB (LogView), the snapshot store and its installs (SnapStore),
-// the commands raft carries (command.go) and the proposer that hands
-// appends to raft in batches (Proposer). Package node runs raft over them.
+// Package replica runs one replicated log on a node: a Replica is raft
+// over the log's groups of the node's raftstore DB, with its state machine
+// (FSM), its view of the log (LogView), its snapshots (SnapStore), the
+// proposer that hands appends to raft in batches (Proposer), and the
+// leader's stints; it serves the log's appends, reads, tails and trims in
+// the client protocol's terms. Package node hosts it: the listeners, the
+// raft transport, membership, the data dir.
 //
 // # The log is the state
 //
@@ -36,7 +38,9 @@
 //
 // # Concurrency
 //
-// Raft applies to the FSM on one goroutine; its readers (ReadView,
+// A Replica's methods are safe for concurrent use; Shutdown waits for the
+// goroutines it started. Raft applies to the FSM on one goroutine; its
+// readers (ReadView,
 // Lookup, Member, AppliedCh) may run on any goroutine. The LogView's
 // reads (GetLog, First) are safe for concurrent use with writes; deletes
 // are serialised by the SnapStore. The Proposer is safe for concurrent

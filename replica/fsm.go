@@ -106,6 +106,7 @@ type FSM struct {
 	wake    chan struct{} // closed and replaced when applied advances
 }
 
+// NewFSM returns an empty state machine over view.
 func NewFSM(view *LogView, logger hclog.Logger) *FSM {
 	f := &FSM{view: view, logger: logger, wake: make(chan struct{})}
 	f.reset()
@@ -348,11 +349,14 @@ type ReadView struct {
 	voids []uint64
 }
 
+// Void reports whether index holds a void entry: not a record.
 func (v ReadView) Void(index uint64) bool {
 	_, ok := slices.BinarySearch(v.voids, index)
 	return ok
 }
 
+// ReadView returns the first retained index and the void indexes, as of
+// now, for a reader.
 func (f *FSM) ReadView() ReadView {
 	f.mu.RLock()
 	defer f.mu.RUnlock()

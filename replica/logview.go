@@ -165,6 +165,7 @@ func EmptyStore(s *raftstore.Store) error {
 	return nil
 }
 
+// Bounds returns the first and last index s holds, 0 and 0 when empty.
 func Bounds(s *raftstore.Store) (first, last uint64) {
 	first, _ = s.FirstIndex()
 	last, _ = s.LastIndex()

@@ -76,6 +76,9 @@ type Proposal struct {
 	submitted chan struct{} // closed once futures is set
 }
 
+// NewProposer returns a proposer over r (see Proposer for linger,
+// maxBatch and maxInFlight); observe, when not nil, is called with each
+// batch's size.
 func NewProposer(r applier, linger time.Duration, maxBatch, maxInFlight int, observe func(int)) *Proposer {
 	p := &Proposer{r: r, linger: linger, maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), observe: observe}
 	p.timer = time.AfterFunc(time.Hour, p.lingered)

@@ -482,6 +482,8 @@ type EntryWriter struct {
 	size  int // data bytes in batch
 }
 
+// NewEntryWriter returns a writer of entries into st from index from,
+// filling gaps with no-ops of term.
 func NewEntryWriter(st *raftstore.Store, from, term uint64) *EntryWriter {
 	return &EntryWriter{st: st, next: from, term: term}
 }

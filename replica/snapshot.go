@@ -214,6 +214,7 @@ const (
 	fileFlagRcv = 1
 )
 
+// EncodeSnapFile encodes a snapshot file.
 func EncodeSnapFile(f *SnapFile) ([]byte, error) {
 	mj, err := json.Marshal(&f.Meta)
 	if err != nil {
