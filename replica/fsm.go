@@ -101,6 +101,12 @@ type FSM struct {
 	evictOrder []evictedRef
 	evictNext  uint64 // the pos of the next eviction
 
+	// control is the log's control state machine (control.go); nil for a
+	// log that carries none, whose snapshot's control state, if any, is
+	// kept as controlBlob. Set before raft starts; guarded by mu.
+	control     Control
+	controlBlob []byte
+
 	Applied atomic.Uint64 // highest index applied
 	wakeMu  sync.Mutex
 	wake    chan struct{} // closed and replaced when applied advances
@@ -120,6 +126,7 @@ func (f *FSM) reset() {
 	f.lru.Init()
 	f.evicted, f.evictOrder, f.evictNext = map[uint64]evictedSession{}, nil, 0
 	f.members = map[string]string{}
+	f.controlBlob = nil
 }
 
 // Apply implements raft.FSM.
@@ -172,6 +179,8 @@ func (f *FSM) applyCommand(l *raft.Log, trimmed *uint64) any {
 			*trimmed = f.floor
 		}
 		return f.floor
+	case kindControl:
+		return f.applyControl(l.Index, l.Data)
 	case kindMember:
 		id, addr, err := decodeMemberCmd(l.Data)
 		if err != nil {

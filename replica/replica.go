@@ -50,6 +50,10 @@ type Config struct {
 	RetentionAge   time.Duration
 	RetentionCheck time.Duration
 
+	// Control, when set, is the state machine of the log's control
+	// commands (control.go): the node's catalog, on the default log.
+	Control Control
+
 	// Logger receives the replica's logs and raft's (named "raft").
 	Logger hclog.Logger
 
@@ -110,6 +114,9 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	r.fsm = NewFSM(r.view, cfg.Logger.Named("fsm"))
 	r.fsm.OnTrim = func(uint64) { r.RequestSnapshot() }
+	if cfg.Control != nil {
+		r.fsm.SetControl(cfg.Control)
+	}
 	if r.snap, err = OpenSnapStore(cfg.FS, cfg.SnapshotDir, r.view, cfg.DB, cfg.Logger.Named("snapshots")); err != nil {
 		return nil, err
 	}

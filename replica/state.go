@@ -9,13 +9,15 @@ import (
 	"github.com/hashicorp/go-hclog"
 )
 
-// StateVersion is the version of the encoded state machine state that
-// this node writes. Version 1 lacks the evicted sessions at the end; this
-// node reads it as a state without any.
-const StateVersion = 2
+// StateVersion is the newest version of the encoded state machine state.
+// Version 1 lacks the evicted sessions at the end; this node reads it as a
+// state without any. Version 3 adds the control state (control.go) after
+// them; a state whose control state is empty is written as version 2, as
+// before control commands, so that older nodes read it.
+const StateVersion = 3
 
 // knownStateVersion reports whether v is a state version this node reads.
-func knownStateVersion(v byte) bool { return v == 1 || v == 2 }
+func knownStateVersion(v byte) bool { return v >= 1 && v <= 3 }
 
 // encodeLocked encodes the state: a version byte, then uvarints and
 // length-prefixed strings in a fixed order. Members are sorted by id,
@@ -25,8 +27,14 @@ func knownStateVersion(v byte) bool { return v == 1 || v == 2 }
 //
 //	version 2: floor | floorCum | total | cmds | marks | voids | members | sessions | evicted
 //	evicted:   uvarint count | count x (8-byte big-endian client id hash | uvarint max seq)
+//	version 3: the same, then uvarint length | control state
 func (f *FSM) encodeLocked() []byte {
-	b := []byte{StateVersion}
+	control := f.controlStateLocked()
+	version := byte(2)
+	if len(control) > 0 {
+		version = 3
+	}
+	b := []byte{version}
 	u := func(v uint64) { b = binary.AppendUvarint(b, v) }
 	s := func(v string) { u(uint64(len(v))); b = append(b, v...) }
 	u(f.floor)
@@ -73,6 +81,9 @@ func (f *FSM) encodeLocked() []byte {
 	for _, ref := range live {
 		b = binary.BigEndian.AppendUint64(b, ref.hash)
 		u(f.evicted[ref.hash].maxSeq)
+	}
+	if version >= 3 {
+		s(string(control))
 	}
 	return b
 }
@@ -141,9 +152,17 @@ func (f *FSM) decodeLocked(b []byte) error {
 			f.rememberEvicted(hash, maxSeq)
 		}
 	}
+	var control []byte
+	if version >= 3 {
+		control = append([]byte(nil), r.bytes()...)
+	}
 	if err := r.end(); err != nil {
 		f.reset()
 		return fmt.Errorf("replica: snapshot state does not decode: %w", err)
+	}
+	if err := f.restoreControlLocked(control); err != nil {
+		f.reset()
+		return fmt.Errorf("replica: snapshot state's control state: %w", err)
 	}
 	return nil
 }
