@@ -38,7 +38,7 @@ type adminMember struct {
 func (n *Node) adminHandler() http.Handler {
 	mux := &certMux{ServeMux: http.NewServeMux(), need: n.tls != nil && n.tls.clientAuth}
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		st := adminStatus{Node: n.Status(), Clients: n.fsm.memberAddrs()}
+		st := adminStatus{Node: n.Status(), Clients: n.fsm.MemberAddrs()}
 		if f := n.raft.GetConfiguration(); f.Error() == nil {
 			for _, s := range f.Configuration().Servers {
 				st.Members = append(st.Members, adminMember{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})

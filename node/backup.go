@@ -11,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/backup"
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -29,7 +30,7 @@ import (
 // Appends go on while a backup streams: they land after its index. A trim
 // may raise the floor meanwhile; the entries the backup still has to send
 // stay on disk because the backup pins them: deleteBelow keeps every entry
-// at or above the lowest pin (logview.go). The pin is taken, under the
+// at or above the lowest pin (replica.LogView). The pin is taken, under the
 // snapshot store's lock, at the lowest index the node holds, before the
 // snapshot, so nothing the snapshot names can go between the two; once the
 // snapshot is known it moves up to the snapshot's floor. When the backup
@@ -58,16 +59,16 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 	if _, err := n.linearize(ctx); err != nil {
 		return err
 	}
-	applied := n.fsm.applied.Load()
-	pin := n.snap.hold()
+	applied := n.fsm.Applied.Load()
+	pin := n.snap.Hold()
 	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { n.snap.release(pin) }) }
+	release := func() { releaseOnce.Do(func() { n.snap.Release(pin) }) }
 	defer release()
 	f, err := n.backupPoint(applied)
 	if err != nil {
 		return err
 	}
-	pin.raise(f.floor)
+	pin.Raise(f.Floor)
 	chunk := backupChunk
 	if lim, err := n.cfg.Limits.WithDefaults(); err == nil {
 		chunk = min(chunk, lim.MaxFrameSize/2)
@@ -80,7 +81,7 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 	watchdog := time.AfterFunc(stall, func() {
 		stalled.Store(true)
 		n.cfg.Logger.Warn("a backup sent nothing for a while: giving up its hold on trimmed entries; it fails if it then misses one",
-			"index", f.meta.Index, "stalled", stall)
+			"index", f.Meta.Index, "stalled", stall)
 		release()
 	})
 	defer watchdog.Stop()
@@ -89,8 +90,8 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 			watchdog.Reset(stall)
 		}
 	}}
-	hdr := backup.Header{Index: f.meta.Index, Term: f.meta.Term, Floor: f.floor, Created: start}
-	w, err := backup.NewWriter(out, hdr, f.state)
+	hdr := backup.Header{Index: f.Meta.Index, Term: f.Meta.Term, Floor: f.Floor, Created: start}
+	w, err := backup.NewWriter(out, hdr, f.State)
 	if err != nil {
 		return err
 	}
@@ -98,26 +99,26 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 		l      raft.Log
 		ledger uint64 // the entries' size as the state's byte ledger counts it
 	)
-	for idx := f.floor; idx <= f.meta.Index; idx++ {
-		if err := n.view.getLog(idx, &l); err != nil {
+	for idx := f.Floor; idx <= f.Meta.Index; idx++ {
+		if err := n.view.GetLog(idx, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
 				return &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf(
-					"backup of index %d: entry %d is no longer on node %s (a snapshot from a new leader replaced its log, or it was deleted after a trim); take the backup again", f.meta.Index, idx, n.cfg.ID)}
+					"backup of index %d: entry %d is no longer on node %s (a snapshot from a new leader replaced its log, or it was deleted after a trim); take the backup again", f.Meta.Index, idx, n.cfg.ID)}
 			}
 			return fmt.Errorf("node: backup: read index %d: %w", idx, err)
 		}
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		ledger += streamRecordSize(len(l.Data))
+		ledger += replica.StreamRecordSize(len(l.Data))
 		if err := w.Add(backup.Entry{Index: idx, Term: l.Term, AppendedAt: l.AppendedAt.UnixNano(), Data: l.Data}); err != nil {
 			return err
 		}
 	}
-	if ledger != f.recordBytes {
+	if ledger != f.RecordBytes {
 		// The restored cluster could not send snapshots with such a state:
 		// their size comes from the ledger.
-		return fmt.Errorf("node: backup: the entries in [%d, %d] come to %d bytes, the state's ledger says %d", f.floor, f.meta.Index, ledger, f.recordBytes)
+		return fmt.Errorf("node: backup: the entries in [%d, %d] come to %d bytes, the state's ledger says %d", f.Floor, f.Meta.Index, ledger, f.RecordBytes)
 	}
 	s, err := w.Close()
 	if err != nil {
@@ -133,15 +134,15 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 
 // backupPoint takes a snapshot for a backup and returns the newest one,
 // which covers at least index applied.
-func (n *Node) backupPoint(applied uint64) (*snapFile, error) {
+func (n *Node) backupPoint(applied uint64) (*replica.SnapFile, error) {
 	if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
 		return nil, n.raftError(err)
 	}
-	files, err := n.snap.files()
+	files, err := n.snap.Files()
 	if err != nil {
 		return nil, err
 	}
-	if len(files) == 0 || files[0].meta.Index < applied {
+	if len(files) == 0 || files[0].Meta.Index < applied {
 		return nil, &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf(
 			"node %s has no snapshot at or past index %d to back up; try again", n.cfg.ID, applied)}
 	}
@@ -184,79 +185,4 @@ func (w *backupItems) flush() error {
 		w.sent()
 	}
 	return err
-}
-
-// pinSet holds the pins of the backups in progress.
-type pinSet struct {
-	mu   sync.Mutex
-	pins map[*logPin]struct{} // guarded by mu
-}
-
-// logPin keeps the entries at or above its index from deletion.
-type logPin struct {
-	set *pinSet
-	at  uint64 // guarded by set.mu
-}
-
-// add returns a pin at index at.
-func (s *pinSet) add(at uint64) *logPin {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if s.pins == nil {
-		s.pins = map[*logPin]struct{}{}
-	}
-	p := &logPin{set: s, at: at}
-	s.pins[p] = struct{}{}
-	return p
-}
-
-// lowest returns the lowest pin, and false when there is none.
-func (s *pinSet) lowest() (uint64, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var low uint64
-	found := false
-	for p := range s.pins {
-		if !found || p.at < low {
-			low, found = p.at, true
-		}
-	}
-	return low, found
-}
-
-// raise moves the pin up to index at: the entries below it may go.
-func (p *logPin) raise(at uint64) {
-	p.set.mu.Lock()
-	defer p.set.mu.Unlock()
-	p.at = max(p.at, at)
-}
-
-// drop removes the pin.
-func (p *logPin) drop() {
-	p.set.mu.Lock()
-	defer p.set.mu.Unlock()
-	delete(p.set.pins, p)
-}
-
-// hold pins every entry the node holds now. Taken under mu, so that no
-// deletion runs between reading the lowest index and pinning it.
-func (s *snapStore) hold() *logPin {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.view.pins.add(s.view.first())
-}
-
-// release drops pin and deletes the entries it kept that the newest
-// snapshot's floor no longer retains.
-func (s *snapStore) release(pin *logPin) {
-	pin.drop()
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	files, err := s.files()
-	if err != nil || len(files) == 0 {
-		return // the next snapshot deletes them
-	}
-	if err := s.view.deleteBelow(files[0].floor, files[0].meta.Index); err != nil {
-		s.logger.Warn("deleting the trimmed entries a backup kept; the next snapshot does it", "error", err)
-	}
 }

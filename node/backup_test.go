@@ -216,16 +216,16 @@ func TestBackupRestore(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, "a snapshot after the trim", func() bool {
-		p := leader.snap.latest.Load()
-		return p != nil && p.index >= tr.Index
+		p := leader.snap.Latest.Load()
+		return p != nil && p.Index >= tr.Index
 	})
-	if got := leader.view.first(); got > floor {
+	if got := leader.view.First(); got > floor {
 		t.Fatalf("the leader deleted entries up to %d while a backup from %d ran", got-1, floor)
 	}
 	if err := recvBackup(st, &file); err != nil {
 		t.Fatalf("backup: %v", err)
 	}
-	waitFor(t, "the deletions held back during the backup", func() bool { return leader.view.first() >= bulkLast })
+	waitFor(t, "the deletions held back during the backup", func() bool { return leader.view.First() >= bulkLast })
 	load.halt()
 	if load.err != nil {
 		t.Fatal(load.err)
@@ -379,7 +379,7 @@ func TestStalledBackupGivesUpItsPin(t *testing.T) {
 	if _, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: last}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the trimmed entries deleted while a backup stalls", func() bool { return leader.view.first() >= last })
+	waitFor(t, "the trimmed entries deleted while a backup stalls", func() bool { return leader.view.First() >= last })
 	err := recvBackup(st, &file)
 	var te *transport.Error
 	if !errors.As(err, &te) || te.Code != transport.CodeUnavailable || !strings.Contains(te.Message, "no longer on node") {

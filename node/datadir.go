@@ -6,8 +6,6 @@ import (
 	"io"
 	"path/filepath"
 
-	"github.com/hashicorp/raft"
-
 	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 )
@@ -62,34 +60,12 @@ func damaged(dir string, err error) error {
 		ErrDamaged, err, dir)
 }
 
-// checkRaftLog reads what raft.NewRaft reads of its log when it starts (the
-// last entry, and every entry after the newest snapshot), so that a
-// damaged or missing entry stops the start with an error naming it rather
-// than a panic in raft.
+// checkRaftLog reads what raft.NewRaft reads of its log when it starts
+// (replica.Replica.CheckLog), so that a damaged or missing entry stops the
+// start with an error naming it rather than a panic in raft.
 func (n *Node) checkRaftLog() error {
-	var from uint64 = 1
-	if p := n.snap.latest.Load(); p != nil {
-		from = p.index + 1
-	}
-	_, last := bounds(n.view.live)
-	if last == 0 {
-		return nil
-	}
-	store := failStopStore{Store: n.view.live, n: n}
-	var l raft.Log
-	check := func(i uint64) error {
-		if err := store.GetLog(i, &l); err != nil {
-			return damaged(n.cfg.DataDir, fmt.Errorf("node: raft's log, entry %d: %w", i, err))
-		}
-		return nil
-	}
-	if last < from {
-		return check(last)
-	}
-	for i := from; i <= last; i++ {
-		if err := check(i); err != nil {
-			return err
-		}
+	if err := n.log.CheckLog(); err != nil {
+		return damaged(n.cfg.DataDir, fmt.Errorf("node: %w", err))
 	}
 	return nil
 }

@@ -6,20 +6,16 @@
 //
 // A record's position is its raft index. Each appended record is one raft
 // entry, stored once, in the commit log (package raftstore). The state
-// machine keeps only small state: the first retained index, a byte ledger,
-// client sessions for duplicate suppression and the members' client
-// addresses (fsm.go). Raft never compacts its log; retention (by bytes or
-// age, Config.RetentionBytes and RetentionAge) and the Trim operation are
-// replicated decisions that raise the first retained index on every node,
-// after which a snapshot lets each node delete the entries below it.
-// Snapshots hold the state only; when raft sends one to a follower that is
-// behind the first retained index (a node that joined late or lost its
-// data dir), the stream carries the retained records, read from the commit
-// log as it is sent (snapshot.go). The receiving node stages them in a
-// group of its own and switches to them only once they and the snapshot
-// file are durable, so a crash at any point of an install leaves the old
-// snapshot with all its records or the new one with all of its
-// (snapinstall.go).
+// machine (package replica) keeps only small state: the first retained
+// index, a byte ledger, client sessions for duplicate suppression and the
+// members' client addresses. Raft never compacts its log; retention (by
+// bytes or age, Config.RetentionBytes and RetentionAge) and the Trim
+// operation are replicated decisions that raise the first retained index
+// on every node, after which a snapshot lets each node delete the entries
+// below it. A snapshot raft sends to a follower behind the first retained
+// index (a node that joined late or lost its data dir) carries the
+// retained records, and the receiving node switches to them only once they
+// and the snapshot file are durable (package replica).
 //
 // # Guarantees
 //
@@ -36,7 +32,7 @@
 // keeps 8,192 sessions and remembers 65,536 evicted ones; an Append it
 // cannot check (its session evicted while the client may still retry what
 // it stored) is refused with SessionExpired, never stored twice, except in
-// the case sessions.go leaves open.
+// the case package replica's sessions.go leaves open.
 //
 // Space: while the leader or a quorum of voters is below its free-space
 // reserve (Config.MinFreeBytes) the leader refuses appends with NoSpace
@@ -74,7 +70,7 @@
 // Concurrency: a Node serves any number of client connections, each
 // pipelining requests (package transport); Close may be called from any
 // goroutine and waits for every request to finish. The leader proposes
-// appends to raft in batches, one batch in flight at a time (propose.go):
+// appends to raft in batches, one batch in flight at a time (replica.Proposer):
 // an append may wait up to Config.BatchLinger for the batch before it to
 // commit, so that one fdatasync per node stores many appends.
 package node

@@ -172,7 +172,7 @@ func TestSnapshotInstallOverLongerLog(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the new leader deletes below the trim", func() bool { return now.view.first() >= below })
+	waitFor(t, "the new leader deletes below the trim", func() bool { return now.view.First() >= below })
 	if tr.Index >= base+uncommitted {
 		t.Fatalf("trim at %d: the old leader's log (to %d) must reach past it", tr.Index, base+uncommitted)
 	}
@@ -183,7 +183,7 @@ func TestSnapshotInstallOverLongerLog(t *testing.T) {
 	last := appendN(t, nc, "healed", 3)
 	waitCaughtUp(t, old, last[len(last)-1])
 	sameRecords(t, "old leader after the snapshot", readAll(t, old, true), readAll(t, now, false))
-	if old.snap.kept.Load() == 0 {
+	if old.snap.Kept.Load() == 0 {
 		t.Fatal("the old leader installed no snapshot while holding entries past it: the test did not test")
 	}
 	select {

@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
-
-// enqueueTimeout bounds how long an operation waits to enter raft's queue.
-const enqueueTimeout = 5 * time.Second
 
 // handler serves the client protocol (transport.Handler).
 type handler struct{ n *Node }
@@ -30,7 +27,7 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 	case *transport.AppendRequest:
 		return n.appendRecords(ctx, r)
 	case *transport.ReadRequest:
-		return n.read(ctx, r)
+		return n.log.Read(ctx, r)
 	case *transport.StatusRequest:
 		s := n.Status()
 		if !r.Details {
@@ -44,7 +41,7 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 	case *transport.TransferLeadershipRequest:
 		return n.transfer(ctx, r)
 	case *transport.TrimRequest:
-		return n.trim(ctx, r)
+		return n.log.Trim(ctx, r)
 	}
 	return nil, &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
 }
@@ -59,299 +56,39 @@ func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *trans
 	}
 	switch r := req.(type) {
 	case *transport.TailRequest:
-		return h.n.tail(ctx, r, s)
+		return h.n.log.Tail(ctx, r, s)
 	case *transport.BackupRequest:
 		return h.n.backup(ctx, s)
 	}
 	return &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
 }
 
-// notLeader is the error for a request only the leader serves.
-func (n *Node) notLeader() *transport.Error {
-	_, id := n.raft.LeaderWithID()
-	e := &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s is not the leader", n.cfg.ID), LeaderID: string(id)}
-	if id != "" {
-		e.LeaderAddr = n.fsm.member(string(id))
+// appendRecords appends to the log, counting the appends it refuses.
+func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*transport.AppendResponse, error) {
+	resp, err := n.log.Append(ctx, r)
+	var te *transport.Error
+	if errors.As(err, &te) {
+		switch te.Code {
+		case transport.CodeSessionExpired:
+			n.metrics.refusedAppends.WithLabelValues(refusedSession).Inc()
+		case transport.CodeBusy:
+			n.metrics.refusedAppends.WithLabelValues(refusedOrder).Inc()
+		}
 	}
-	return e
+	return resp, err
 }
+
+// notLeader is the error for a request only the leader serves.
+func (n *Node) notLeader() *transport.Error { return n.log.NotLeader() }
 
 // raftError turns an error of raft into the one a client sees.
-func (n *Node) raftError(err error) error {
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, raft.ErrNotLeader):
-		return n.notLeader()
-	case errors.Is(err, raft.ErrLeadershipLost):
-		return &transport.Error{Code: transport.CodeTimeout, Message: "leadership lost before the entry committed; it may or may not be stored"}
-	case errors.Is(err, raft.ErrRaftShutdown):
-		return &transport.Error{Code: transport.CodeUnavailable, Message: "node is shutting down"}
-	case errors.Is(err, raft.ErrEnqueueTimeout):
-		return &transport.Error{Code: transport.CodeUnavailable, Message: "raft is overloaded: " + err.Error()}
-	case errors.Is(err, raft.ErrLeadershipTransferInProgress):
-		return &transport.Error{Code: transport.CodeUnavailable, Message: "leadership transfer in progress"}
-	case errors.Is(err, raft.ErrAbortedByRestore), errors.Is(err, raft.ErrNothingNewToSnapshot):
-		return &transport.Error{Code: transport.CodeUnavailable, Message: err.Error()}
-	}
-	return fmt.Errorf("node: raft: %w", err)
-}
+func (n *Node) raftError(err error) error { return n.log.RaftError(err) }
 
-// leading waits until the node leads and its stint is ready, and returns
-// the stint; NotLeader when it does not lead.
-func (n *Node) leading(ctx context.Context) (*leaderStint, error) {
-	n.lmu.Lock()
-	s := n.stint
-	n.lmu.Unlock()
-	if s == nil {
-		return nil, n.notLeader()
-	}
-	select {
-	case <-s.ready:
-		return s, nil
-	case <-s.done:
-		return nil, n.notLeader()
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
-}
-
-func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*transport.AppendResponse, error) {
-	if _, err := n.leading(ctx); err != nil {
-		return nil, err
-	}
-	if err := n.checkSpace(); err != nil {
-		return nil, err
-	}
-	if r.ClientID != "" {
-		if idx, ok := n.fsm.lookup(r.ClientID, r.Seq); ok {
-			return &transport.AppendResponse{Indexes: idx, Duplicate: true}, nil
-		}
-	}
-	cmds := make([][]byte, len(r.Records))
-	total := uint64(len(r.Records))
-	for i, rec := range r.Records {
-		cmds[i] = appendRecordCmd(make([]byte, 0, len(rec)+len(r.ClientID)+40), r.ClientID, r.Seq, uint64(i), total, r.Base, r.After, rec)
-	}
-	// The appends of one connection go to raft in the order they arrived,
-	// so that one sent after another (AppendRequest.After) normally lands
-	// after it; the state machine voids it if not.
-	turn := transport.TurnOf(ctx)
-	if err := turn.Wait(ctx); err != nil {
-		return nil, err
-	}
-	pr := n.prop.propose(cmds)
-	turn.Pass()
-	futures := pr.futures
-	for _, f := range futures {
-		f.Error()
-	}
-	n.prop.finish(pr)
-	var (
-		firstErr error
-		reached  bool // some entry reached raft's log: the append may be stored in part
-		resp     = &transport.AppendResponse{}
-		results  = make([]appendResult, len(futures))
-	)
-	for i, f := range futures {
-		if err := f.Error(); err != nil {
-			if firstErr == nil {
-				firstErr = err
-			}
-			reached = reached || !errors.Is(err, raft.ErrNotLeader)
-			continue
-		}
-		reached = true
-		res, ok := f.Response().(appendResult)
-		if !ok {
-			return nil, fmt.Errorf("node: unexpected apply result %T", f.Response())
-		}
-		results[i] = res
-		resp.Duplicate = resp.Duplicate || res.dup
-		if res.err != nil && errors.Is(res.err, errSessionExpired) {
-			n.metrics.refusedAppends.WithLabelValues(refusedSession).Inc()
-			return nil, &transport.Error{Code: transport.CodeSessionExpired, Message: res.err.Error()}
-		}
-		if res.err != nil && errors.Is(res.err, errOutOfOrder) {
-			n.metrics.refusedAppends.WithLabelValues(refusedOrder).Inc()
-			return nil, &transport.Error{Code: transport.CodeBusy, Message: res.err.Error()}
-		}
-	}
-	if firstErr != nil {
-		// Some entries may be stored: with a client id, a retry stores the
-		// rest exactly once. NotLeader tells a client that nothing was
-		// stored, so it is only given when no entry reached the log.
-		if reached && errors.Is(firstErr, raft.ErrNotLeader) {
-			firstErr = raft.ErrLeadershipLost
-		}
-		return nil, n.raftError(firstErr)
-	}
-	if r.ClientID == "" {
-		for _, res := range results {
-			resp.Indexes = append(resp.Indexes, res.indexes...)
-		}
-		return resp, nil
-	}
-	if last := results[len(results)-1]; last.indexes != nil {
-		resp.Indexes = last.indexes
-		return resp, nil
-	}
-	if idx, ok := n.fsm.lookup(r.ClientID, r.Seq); ok {
-		resp.Indexes = idx
-		return resp, nil
-	}
-	return nil, &transport.Error{Code: transport.CodeUnavailable, Message: "append interleaved with an earlier attempt of the same sequence number; retry it"}
-}
-
-// linearize makes a read linearizable (read index): it takes the commit
-// index, confirms with a quorum that the node still leads in its stint's
-// term, and waits until the state machine has applied up to that index.
-//
-// The term matters: a node that lost leadership and won it back holds a
-// commit index that may lag behind entries another leader committed
-// meanwhile, until an entry of its new term commits (the new stint's
-// barrier). If watchLeadership has not yet seen the change, the old stint
-// is still current and ready, and VerifyLeader succeeds in the new term.
-// After VerifyLeader, a current term equal to the stint's proves that the
-// leadership it confirmed, and the commit index taken before it, are the
-// stint's; otherwise the read waits for the next stint.
-func (n *Node) linearize(ctx context.Context) (*leaderStint, error) {
-	var (
-		s  *leaderStint
-		ci uint64
-	)
-	for {
-		var err error
-		if s, err = n.leading(ctx); err != nil {
-			return nil, err
-		}
-		ci = n.raft.CommitIndex()
-		if err := n.raft.VerifyLeader().Error(); err != nil {
-			if errors.Is(err, raft.ErrLeadershipLost) {
-				// Nothing was written: for a read, losing leadership is NotLeader.
-				return nil, n.notLeader()
-			}
-			return nil, n.raftError(err)
-		}
-		if n.raft.CurrentTerm() == s.term {
-			break
-		}
-		// A stint of an earlier term: watchLeadership ends it soon.
-		select {
-		case <-s.done:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	for {
-		applied, wake := n.fsm.appliedCh()
-		if applied >= ci {
-			return s, nil
-		}
-		select {
-		case <-wake:
-		case <-s.done:
-			return nil, n.notLeader()
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-}
-
-func (n *Node) read(ctx context.Context, r *transport.ReadRequest) (*transport.ReadResponse, error) {
-	if !r.Stale {
-		if _, err := n.linearize(ctx); err != nil {
-			return nil, err
-		}
-	}
-	recs, next, err := n.readRecords(r.From, n.fsm.applied.Load(), int(r.MaxRecords), int(r.MaxBytes))
-	if err != nil {
-		return nil, err
-	}
-	return &transport.ReadResponse{Records: recs, Next: next}, nil
-}
-
-// readRecords reads the records in [from, upTo], at most maxRecords and
-// (beyond the first) maxBytes of data, skipping raft's own entries, control
-// commands and void entries. It returns the index to continue from.
-func (n *Node) readRecords(from, upTo uint64, maxRecords, maxBytes int) ([]transport.Record, uint64, error) {
-	rv := n.fsm.readView()
-	if from == 0 {
-		from = rv.floor
-	}
-	if from < rv.floor {
-		return nil, from, &transport.Error{Code: transport.CodeTrimmed, Message: fmt.Sprintf("index %d is trimmed; the first retained index is %d", from, rv.floor)}
-	}
-	var (
-		recs  []transport.Record
-		bytes int
-		l     raft.Log
-		idx   = from
-	)
-	for ; idx <= upTo && len(recs) < maxRecords; idx++ {
-		if err := n.view.getLog(idx, &l); err != nil {
-			if floor := n.fsm.readView().floor; floor > idx {
-				if len(recs) > 0 {
-					break // return what was read; the next read reports the trim
-				}
-				return nil, idx, &transport.Error{Code: transport.CodeTrimmed, Message: fmt.Sprintf("index %d was trimmed while being read; the first retained index is %d", idx, floor)}
-			}
-			if errors.Is(err, raft.ErrLogNotFound) {
-				return nil, idx, &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf("node %s does not hold index %d yet", n.cfg.ID, idx)}
-			}
-			return nil, idx, fmt.Errorf("node: read index %d: %w", idx, err)
-		}
-		if l.Type != raft.LogCommand || rv.void(idx) {
-			continue
-		}
-		payload, ok := recordPayload(l.Data)
-		if !ok {
-			continue
-		}
-		if len(recs) > 0 && bytes+len(payload) > maxBytes {
-			break
-		}
-		recs = append(recs, transport.Record{Index: idx, Data: payload, AppendedAt: l.AppendedAt.UnixNano()})
-		bytes += len(payload)
-	}
-	return recs, idx, nil
-}
-
-func (n *Node) tail(ctx context.Context, r *transport.TailRequest, st *transport.ServerStream) error {
-	var done <-chan struct{}
-	if !r.Stale {
-		s, err := n.linearize(ctx)
-		if err != nil {
-			return err
-		}
-		done = s.done
-	}
-	next := r.From
-	for {
-		applied, wake := n.fsm.appliedCh()
-		recs, nx, err := n.readRecords(next, applied, int(r.MaxRecords), int(r.MaxBytes))
-		if err != nil {
-			return err
-		}
-		next = nx
-		if len(recs) > 0 {
-			if err := st.Send(&transport.TailItem{Records: recs, Next: nx}); err != nil {
-				return err
-			}
-			continue
-		}
-		select {
-		case <-wake:
-		case <-done:
-			return n.notLeader()
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
+// linearize makes a read linearizable (replica.Replica.Linearize).
+func (n *Node) linearize(ctx context.Context) (*replica.Stint, error) { return n.log.Linearize(ctx) }
 
 func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.JoinResponse, error) {
-	if _, err := n.leading(ctx); err != nil {
+	if _, err := n.log.Leading(ctx); err != nil {
 		return nil, err
 	}
 	cf := n.raft.GetConfiguration()
@@ -393,22 +130,22 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 			"node %s is a member at raft address %s, not %s: to change its address, remove it and add it again", r.NodeID, memberAddr, r.RaftAddr)}
 	case nonvoter:
 		// A new member that has caught up: promote it.
-		f := n.raft.AddVoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
+		f := n.raft.AddVoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, replica.EnqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
 		resp.Index = f.Index()
 		n.cfg.Logger.Info("promoted to voter", "id", r.NodeID)
 	default:
-		f := n.raft.AddNonvoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
+		f := n.raft.AddNonvoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, replica.EnqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
 		resp.Index = f.Index()
 		n.cfg.Logger.Info("added nonvoter", "id", r.NodeID, "raft", r.RaftAddr)
 	}
-	if n.fsm.member(r.NodeID) != r.ClientAddr {
-		f := n.raft.Apply(encodeMemberCmd(r.NodeID, r.ClientAddr), enqueueTimeout)
+	if n.fsm.Member(r.NodeID) != r.ClientAddr {
+		f := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, r.ClientAddr), replica.EnqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
@@ -420,7 +157,7 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 }
 
 func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transport.RemoveResponse, error) {
-	if _, err := n.leading(ctx); err != nil {
+	if _, err := n.log.Leading(ctx); err != nil {
 		return nil, err
 	}
 	cf := n.raft.GetConfiguration()
@@ -447,17 +184,17 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	if self {
 		// Forget the leader's own client address first: once removed,
 		// it leads no more and could not.
-		if err := n.raft.Apply(encodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+		if err := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, ""), replica.EnqueueTimeout).Error(); err != nil {
 			return nil, n.raftError(err)
 		}
 	}
-	f := n.raft.RemoveServer(raft.ServerID(r.NodeID), 0, enqueueTimeout)
+	f := n.raft.RemoveServer(raft.ServerID(r.NodeID), 0, replica.EnqueueTimeout)
 	if err := f.Error(); err != nil {
 		return nil, n.raftError(err)
 	}
 	if !self {
 		// After the removal, so that the node cannot record it again.
-		if err := n.raft.Apply(encodeMemberCmd(r.NodeID, ""), enqueueTimeout).Error(); err != nil {
+		if err := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, ""), replica.EnqueueTimeout).Error(); err != nil {
 			n.cfg.Logger.Warn("forgetting a removed node's client address", "id", r.NodeID, "error", err)
 		}
 	}
@@ -466,7 +203,7 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 }
 
 func (n *Node) transfer(ctx context.Context, r *transport.TransferLeadershipRequest) (*transport.TransferLeadershipResponse, error) {
-	if _, err := n.leading(ctx); err != nil {
+	if _, err := n.log.Leading(ctx); err != nil {
 		return nil, err
 	}
 	cf := n.raft.GetConfiguration()
@@ -520,20 +257,6 @@ func (n *Node) transferTarget(cfg raft.Configuration, id string) (*raft.Server, 
 	return target, nil
 }
 
-func (n *Node) trim(ctx context.Context, r *transport.TrimRequest) (*transport.TrimResponse, error) {
-	if _, err := n.leading(ctx); err != nil {
-		return nil, err
-	}
-	if last := n.raft.LastIndex(); r.Below > last+1 {
-		return nil, &transport.Error{Code: transport.CodeBadRequest, Message: fmt.Sprintf("trim below %d is past the end of the log (last index %d)", r.Below, last)}
-	}
-	f := n.raft.Apply(encodeTrimCmd(r.Below), enqueueTimeout)
-	if err := f.Error(); err != nil {
-		return nil, n.raftError(err)
-	}
-	return &transport.TrimResponse{Index: f.Index()}, nil
-}
-
 // Status describes the node, with its details (version and settings,
 // see StatusDetails); /status serves it.
 func (n *Node) Status() transport.StatusResponse {
@@ -552,10 +275,10 @@ func (n *Node) Status() transport.StatusResponse {
 		Voting:       n.gate.allowed.Load() && !n.removed.Load(),
 		LeaderID:     string(leader),
 		Term:         n.raft.CurrentTerm(),
-		FirstIndex:   n.fsm.readView().floor,
+		FirstIndex:   n.fsm.ReadView().Floor,
 		LastIndex:    n.raft.LastIndex(),
 		CommitIndex:  n.raft.CommitIndex(),
-		AppliedIndex: n.fsm.applied.Load(),
+		AppliedIndex: n.fsm.Applied.Load(),
 		Store: transport.StoreStatus{
 			Segments: uint64(st.Segments),
 			Bytes:    uint64(max(st.Bytes, 0)),
@@ -569,14 +292,14 @@ func (n *Node) Status() transport.StatusResponse {
 		s.Refusing = v.Error()
 	}
 	if leader != "" {
-		s.LeaderAddr = n.fsm.member(string(leader))
+		s.LeaderAddr = n.fsm.Member(string(leader))
 	}
 	if s.LastIndex == 0 {
 		s.FirstIndex = 0
 	}
 	s.Details = n.details()
 	if f := n.raft.GetConfiguration(); f.Error() == nil {
-		addrs := n.fsm.memberAddrs()
+		addrs := n.fsm.MemberAddrs()
 		for _, m := range f.Configuration().Servers {
 			s.Members = append(s.Members, transport.Member{
 				NodeID: string(m.ID), RaftAddr: string(m.Address),

@@ -99,15 +99,13 @@ func (n *Node) notReady(ctx context.Context) (why, ready string) {
 
 // leaderNotReady is notReady for a node that raft says leads.
 func (n *Node) leaderNotReady(ctx context.Context, lease time.Duration) (why, ready string) {
-	n.lmu.Lock()
-	s := n.stint
-	n.lmu.Unlock()
+	s := n.log.Stint()
 	term := n.raft.CurrentTerm()
 	stintReady := false
 	if s != nil {
 		select {
-		case <-s.ready:
-			stintReady = s.term == term
+		case <-s.Ready():
+			stintReady = s.Term() == term
 		default:
 		}
 	}

@@ -139,7 +139,7 @@ func waitApplied(t testing.TB, nodes map[string]*Node, d time.Duration) {
 	timer := time.NewTimer(d)
 	defer timer.Stop()
 	for _, n := range nodes {
-		_, ch := n.fsm.appliedCh()
+		_, ch := n.fsm.AppliedCh()
 		select {
 		case <-ch:
 			return

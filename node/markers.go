@@ -10,6 +10,7 @@ import (
 	"sync"
 
 	"github.com/raftlog/raftlog/commitlog/vfs"
+	"github.com/raftlog/raftlog/replica"
 )
 
 // Marker files in the data dir record, durably, what a node knows of its
@@ -46,7 +47,7 @@ type markers struct {
 func (m *markers) write(name string, b []byte) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return writeFileSync(filepath.Join(m.dir, name), b)
+	return replica.WriteFileSync(filepath.Join(m.dir, name), b)
 }
 
 // remove deletes marker name, durably; a missing marker is not an error.

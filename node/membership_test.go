@@ -239,7 +239,7 @@ func TestRaftAdvertiseKept(t *testing.T) {
 	// register loop's joins are done.
 	waitFor(t, "every member's client address recorded", func() bool {
 		for _, n := range c.nodes {
-			if leader.fsm.member(n.ID()) != n.ClientAddr() {
+			if leader.fsm.Member(n.ID()) != n.ClientAddr() {
 				return false
 			}
 		}

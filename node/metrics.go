@@ -25,7 +25,7 @@ import (
 //	raftlog_client_connections                 open client connections
 //	raftlog_client_connections_total           client connections accepted
 //	raftlog_client_connections_refused_total   connections refused at MaxConns
-//	raftlog_append_batch_records               histogram of records the leader proposed to raft together (propose.go)
+//	raftlog_append_batch_records               histogram of records the leader proposed to raft together (replica.Proposer)
 //	raftlog_store_fsync_duration_seconds       histogram of commit-log fdatasync latency
 //	raftlog_store_entries_per_fsync            histogram of records made durable by one fdatasync
 //	raftlog_store_flush_lag_bytes              histogram of bytes waiting for each sync
@@ -250,8 +250,8 @@ func (m *nodeMetrics) registerNode(n *Node) error {
 	g("raftlog_raft_term", "Current raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
 	g("raftlog_raft_last_index", "Last index in the raft log.", func() float64 { return float64(n.raft.LastIndex()) })
 	g("raftlog_raft_commit_index", "Highest index known committed.", func() float64 { return float64(n.raft.CommitIndex()) })
-	g("raftlog_raft_applied_index", "Highest index applied to the state machine.", func() float64 { return float64(n.fsm.applied.Load()) })
-	g("raftlog_raft_first_index", "First retained index.", func() float64 { return float64(n.fsm.readView().floor) })
+	g("raftlog_raft_applied_index", "Highest index applied to the state machine.", func() float64 { return float64(n.fsm.Applied.Load()) })
+	g("raftlog_raft_first_index", "First retained index.", func() float64 { return float64(n.fsm.ReadView().Floor) })
 	g("raftlog_raft_leader", "1 when this node leads.", func() float64 {
 		if n.raft.State() == raft.Leader {
 			return 1
@@ -281,7 +281,7 @@ func (c pinnedCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, s := range []interface {
 		Group() uint64
 		PinnedBytes() int64
-	}{c.n.view.live, c.n.view.archives[0], c.n.view.archives[1]} {
+	}{c.n.view.Live, c.n.view.Archives[0], c.n.view.Archives[1]} {
 		ch <- prometheus.MustNewConstMetric(pinnedDesc, prometheus.GaugeValue, float64(s.PinnedBytes()),
 			strconv.FormatUint(s.Group(), 10))
 	}

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"net"
 	"net/http"
 	"path/filepath"
@@ -18,36 +17,27 @@ import (
 
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
-// logCacheSize is how many recent entries raft keeps in memory for
-// replication.
-const logCacheSize = 1024
-
-// liveGroup is the group of the node's raftstore DB that holds raft's log
-// and stable state.
-const liveGroup = 1
-
-// The two groups that take turns holding the retained entries below raft's
-// log (logview.go, snapinstall.go). A node that never installed a snapshot
-// uses the first.
-const (
-	archiveGroupA = 2
-	archiveGroupB = 3
-)
+// logGroups are the raftstore groups of the node's log (replica.Groups).
+var logGroups = replica.GroupsOf(0)
 
 // Node is one running member of a raftlog cluster.
 type Node struct {
-	cfg  Config
-	db   *raftstore.DB
-	view *logView
-	fsm  *fsm
-	snap *snapStore
+	cfg Config
+	db  *raftstore.DB
+	// log is the node's replica of the log; view, fsm, snap, raft and prop
+	// are its parts, set as it opens and starts, never changed after.
+	log  *replica.Replica
+	view *replica.LogView
+	fsm  *replica.FSM
+	snap *replica.SnapStore
 	raft *raft.Raft
+	prop *replica.Proposer
 	tr   netTransport
 	gate *voteGate
-	prop *proposer
 
 	clientLn   net.Listener
 	clientAddr string // advertised
@@ -59,10 +49,6 @@ type Node struct {
 	wg     sync.WaitGroup
 	conns  chan struct{} // one token per open client connection
 
-	lmu   sync.Mutex
-	stint *leaderStint // nil when not leader
-
-	snapReq chan struct{}
 	tls     *tlsConfigs // nil without TLS
 	metrics *nodeMetrics
 	space   *spaceGuard
@@ -87,21 +73,6 @@ type Node struct {
 	closeOnce sync.Once
 	closeErr  error
 	dirLock   io.Closer // the data dir's lock (datadir.go); released last by close
-}
-
-// leaderStint is one period of leadership: one term. watchLeadership
-// begins and ends stints as raft's LeaderCh reports changes, which it may
-// see late or merge (raft overwrites an unread value), so a stint can
-// outlive its term; whoever relies on one checks its term (linearize).
-type leaderStint struct {
-	ready chan struct{} // closed once the stint's barrier is applied
-	done  chan struct{} // closed when the stint ends
-	// term is the term in which the stint's barrier committed, the term of
-	// its leadership. Written by lead before ready is closed; read only
-	// after ready is.
-	term uint64
-	ctx  context.Context
-	stop context.CancelFunc
 }
 
 // testHooks let this package's tests hold up or wrap parts of a node; nil
@@ -156,7 +127,7 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: c, snapReq: make(chan struct{}, 1), conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{}), dirLock: lock}
+	n := &Node{cfg: c, conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{}), dirLock: lock}
 	n.marks = &markers{dir: c.DataDir}
 	if err := checkNoRepair(c.DataDir); err != nil {
 		lock.Close()
@@ -212,27 +183,34 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err != nil {
 		return damaged(c.DataDir, err)
 	}
-	if n.view, err = newLogView(n.db); err != nil {
-		return err
-	}
-	n.fsm = newFSM(n.view, c.Logger.Named("fsm"))
-	n.fsm.onTrim = func(uint64) { n.requestSnapshot() }
-	snapFS := vfs.Default
-	if opts.FS != nil {
-		snapFS = opts.FS
-	}
-	if n.snap, err = openSnapStore(snapFS, filepath.Join(c.DataDir, "snapshots"), n.view, n.db, c.Logger.Named("snapshots")); err != nil {
-		return err
-	}
-	n.snap.fail = n.failStop
-
 	if _, err := raftBridge(); err != nil {
 		return fmt.Errorf("node: metrics: %w", err)
 	}
-	// The client address is known before raft starts: probes tell it.
+	// The client address is known before raft starts: probes tell it,
+	// and each leader's first entry records it.
 	if err := n.openClientListener(); err != nil {
 		return err
 	}
+	rc := replica.Config{
+		NodeID: c.ID, ClientAddr: n.clientAddr, Log: 0, DB: n.db,
+		SnapshotDir: filepath.Join(c.DataDir, "snapshots"), FS: opts.FS,
+		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout,
+		LeaderLeaseTimeout: c.LeaderLeaseTimeout, SnapshotThreshold: c.SnapshotThreshold,
+		BatchLinger: c.BatchLinger, BatchesInFlight: c.BatchesInFlight,
+		RetentionBytes: c.RetentionBytes, RetentionAge: c.RetentionAge, RetentionCheck: c.RetentionCheck,
+		Logger:      c.Logger,
+		StoreError:  n.storeError,
+		Fail:        n.failStop,
+		Batch:       func(k int) { n.metrics.batch.Observe(float64(k)) },
+		CheckAppend: n.checkSpace,
+	}
+	if h := c.hooks; h != nil {
+		rc.LeaderChange = h.leaderChange
+	}
+	if n.log, err = replica.Open(rc); err != nil {
+		return err
+	}
+	n.view, n.fsm, n.snap = n.log.View(), n.log.FSM(), n.log.Snapshots()
 	if err := n.startRaft(); err != nil {
 		return err
 	}
@@ -242,9 +220,7 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err := n.listen(); err != nil {
 		return err
 	}
-	n.wg.Add(3)
-	go n.watchLeadership()
-	go n.snapshotLoop()
+	n.wg.Add(1)
 	go n.registerLoop()
 	n.wg.Add(2)
 	go n.spaceLoop()
@@ -272,28 +248,6 @@ func (n *Node) start(ctx context.Context) (err error) {
 
 func (n *Node) startRaft() error {
 	c := n.cfg
-	rc := raft.DefaultConfig()
-	rc.LocalID = raft.ServerID(c.ID)
-	rc.Logger = c.Logger.Named("raft")
-	rc.HeartbeatTimeout = c.HeartbeatTimeout
-	rc.ElectionTimeout = c.ElectionTimeout
-	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
-	rc.CommitTimeout = 5 * time.Millisecond
-	rc.SnapshotThreshold = c.SnapshotThreshold
-	rc.SnapshotInterval = 10 * time.Second
-	// Raft never compacts its log: the log is the data, and trims decide
-	// what goes (fsm.go, logview.go).
-	rc.TrailingLogs = math.MaxUint64
-	rc.MaxAppendEntries = 256
-	rc.BatchApplyCh = true
-	// raft's per-peer metrics only with the peer in a label (peer_id), not
-	// also in the metric name (metrics.go).
-	rc.NoLegacyTelemetry = true
-	// Not RestoreCommittedLogs: in raft v1.8.0 a node restarted with it
-	// skips the configuration entries below the stored commit index when
-	// it looks for its configuration, and without a snapshot holding one
-	// it forgets its peers ("no known peers, aborting election").
-
 	tr, err := n.raftTransport()
 	if err != nil {
 		return err
@@ -302,7 +256,7 @@ func (n *Node) startRaft() error {
 	if err := n.checkRaftLog(); err != nil {
 		return err
 	}
-	existing, err := raft.HasExistingState(n.view.live, n.view.live, n.snap)
+	existing, err := n.log.HasState()
 	if err != nil {
 		return err
 	}
@@ -345,34 +299,21 @@ func (n *Node) startRaft() error {
 	if !joining && !deciding {
 		n.startVoting()
 	}
-	store := failStopStore{Store: n.view.live, n: n}
-	// The proposer exists before raft, which tells it (through the
-	// store) when the leader has stored a batch; it proposes only through
-	// a stint, once raft runs.
-	n.prop = newProposer(applierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
-		return n.raft.Apply(cmd, timeout)
-	}), n.cfg.BatchLinger, rc.MaxAppendEntries, n.cfg.BatchesInFlight, func(k int) { n.metrics.batch.Observe(float64(k)) })
-	// The cache serves replication the entries just stored, without
-	// reading and decoding them back.
-	logs, err := raft.NewLogCache(logCacheSize, store)
-	if err != nil {
-		return err
-	}
-	n.view.liveDeleter = logs
 	var trans raft.Transport = n.gate
 	if h := c.hooks; h != nil && h.transport != nil {
 		trans = h.transport(trans)
 	}
-	if n.raft, err = raft.NewRaft(rc, n.fsm, logs, store, n.snap, trans); err != nil {
+	if err := n.log.Start(trans); err != nil {
 		n.gate.Close()
-		return fmt.Errorf("node: start raft: %w", err)
+		return fmt.Errorf("node: %w", err)
 	}
+	n.raft, n.prop = n.log.Raft(), n.log.Proposer()
 	n.gate.raft.Store(n.raft)
 	n.raftRef.Store(n.raft)
 	if bootstrapAtOnce {
 		conf := raft.Configuration{Servers: []raft.Server{{Suffrage: raft.Voter, ID: raft.ServerID(c.ID), Address: tr.LocalAddr()}}}
-		if err := n.raft.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
-			return fmt.Errorf("node: bootstrap: %w", err)
+		if err := n.log.Bootstrap(conf); err != nil {
+			return fmt.Errorf("node: %w", err)
 		}
 	}
 	if existing {
@@ -570,152 +511,6 @@ func (n *Node) acceptLoop() {
 	}
 }
 
-// watchLeadership starts and ends leader stints as raft reports them.
-func (n *Node) watchLeadership() {
-	defer n.wg.Done()
-	ch := n.raft.LeaderCh()
-	for {
-		select {
-		case <-n.ctx.Done():
-			n.endStint()
-			return
-		case leader := <-ch:
-			if h := n.cfg.hooks; h != nil && h.leaderChange != nil {
-				h.leaderChange(leader)
-			}
-			n.endStint()
-			if leader {
-				n.beginStint()
-			}
-		}
-	}
-}
-
-func (n *Node) beginStint() {
-	s := &leaderStint{ready: make(chan struct{}), done: make(chan struct{})}
-	s.ctx, s.stop = context.WithCancel(n.ctx)
-	n.lmu.Lock()
-	n.stint = s
-	n.lmu.Unlock()
-	n.wg.Add(1)
-	go n.lead(s)
-}
-
-func (n *Node) endStint() {
-	n.lmu.Lock()
-	s := n.stint
-	n.stint = nil
-	n.lmu.Unlock()
-	if s != nil {
-		s.stop()
-		close(s.done)
-	}
-}
-
-// lead runs while the node leads. It first commits an entry of its own
-// term (recording the node's client address), so that the state machine
-// holds every entry of earlier terms before reads are served: reads wait
-// for the stint to be ready, and the stint's term is that entry's. Then it
-// enforces retention.
-func (n *Node) lead(s *leaderStint) {
-	defer n.wg.Done()
-	for {
-		f := n.raft.Apply(encodeMemberCmd(n.cfg.ID, n.clientAddr), n.cfg.ElectionTimeout*4)
-		err := f.Error()
-		if err == nil {
-			var l raft.Log
-			if err = n.view.getLog(f.Index(), &l); err == nil {
-				s.term = l.Term
-				break
-			}
-		}
-		if s.ctx.Err() != nil || errors.Is(err, raft.ErrNotLeader) || errors.Is(err, raft.ErrLeadershipLost) || errors.Is(err, raft.ErrRaftShutdown) {
-			return
-		}
-		if !errors.Is(err, raft.ErrLeadershipTransferInProgress) {
-			n.cfg.Logger.Warn("leader's first entry", "error", err)
-		}
-		t := time.NewTimer(n.cfg.HeartbeatTimeout / 10)
-		select {
-		case <-s.ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-	close(s.ready)
-	n.cfg.Logger.Info("leading", "term", s.term)
-	if n.cfg.RetentionBytes <= 0 && n.cfg.RetentionAge <= 0 {
-		return
-	}
-	t := time.NewTicker(n.cfg.RetentionCheck)
-	defer t.Stop()
-	for {
-		n.enforceRetention()
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// enforceRetention proposes a trim when the log exceeds the retention
-// limits. Trims fall on ledger marks, so up to markEvery records more than
-// the limits allow may stay.
-func (n *Node) enforceRetention() {
-	below := n.fsm.retentionByBytes(uint64(max(n.cfg.RetentionBytes, 0)))
-	if n.cfg.RetentionAge > 0 {
-		cutoff := time.Now().Add(-n.cfg.RetentionAge)
-		marks := n.fsm.marksCopy()
-		var l raft.Log
-		// The last mark whose entry is older than the cutoff.
-		lo, hi := 0, len(marks)
-		for lo < hi {
-			mid := (lo + hi) / 2
-			if err := n.view.getLog(marks[mid].index, &l); err == nil && l.AppendedAt.Before(cutoff) {
-				lo = mid + 1
-			} else {
-				hi = mid
-			}
-		}
-		if lo > 0 {
-			below = max(below, marks[lo-1].index)
-		}
-	}
-	if below <= n.fsm.readView().floor {
-		return
-	}
-	n.cfg.Logger.Info("retention: trimming", "below", below)
-	if err := n.raft.Apply(encodeTrimCmd(below), 0).Error(); err != nil {
-		n.cfg.Logger.Warn("retention trim", "error", err)
-	}
-}
-
-// requestSnapshot asks snapshotLoop for a snapshot, which deletes trimmed
-// entries once durable.
-func (n *Node) requestSnapshot() {
-	select {
-	case n.snapReq <- struct{}{}:
-	default:
-	}
-}
-
-func (n *Node) snapshotLoop() {
-	defer n.wg.Done()
-	for {
-		select {
-		case <-n.ctx.Done():
-			return
-		case <-n.snapReq:
-		}
-		err := n.raft.Snapshot().Error()
-		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && n.ctx.Err() == nil {
-			n.cfg.Logger.Warn("snapshot after trim", "error", err)
-		}
-	}
-}
-
 // joinRequest describes this node for a Join.
 func (n *Node) joinRequest(fresh, register bool) *transport.JoinRequest {
 	return &transport.JoinRequest{NodeID: n.cfg.ID, RaftAddr: string(n.tr.LocalAddr()), ClientAddr: n.clientAddr, Fresh: fresh, Register: register}
@@ -842,20 +637,7 @@ func (n *Node) startVoting() {
 }
 
 // IsLeader reports whether the node leads and is ready to serve.
-func (n *Node) IsLeader() bool {
-	n.lmu.Lock()
-	s := n.stint
-	n.lmu.Unlock()
-	if s == nil {
-		return false
-	}
-	select {
-	case <-s.ready:
-		return n.raft.State() == raft.Leader && n.raft.CurrentTerm() == s.term
-	default:
-		return false
-	}
-}
+func (n *Node) IsLeader() bool { return n.log.IsLeader() }
 
 // Raft returns the node's raft instance, for tests and tools.
 func (n *Node) Raft() *raft.Raft { return n.raft }
@@ -884,8 +666,8 @@ func (n *Node) close() error {
 		cancel()
 	}
 	n.cancel()
-	if n.raft != nil {
-		if err := n.raft.Shutdown().Error(); err != nil {
+	if n.log != nil {
+		if err := n.log.Shutdown(); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -902,16 +684,4 @@ func (n *Node) close() error {
 	return errors.Join(errs...)
 }
 
-func (n *Node) voters() int {
-	f := n.raft.GetConfiguration()
-	if f.Error() != nil {
-		return 0
-	}
-	v := 0
-	for _, s := range f.Configuration().Servers {
-		if s.Suffrage == raft.Voter {
-			v++
-		}
-	}
-	return v
-}
+func (n *Node) voters() int { return n.log.Voters() }

@@ -282,7 +282,7 @@ func (n *Node) probeAnswer(req probeRequest) probeAnswer {
 	_, id := r.LeaderWithID()
 	a.LeaderID = string(id)
 	if id != "" {
-		a.LeaderClientAddr = n.fsm.member(string(id))
+		a.LeaderClientAddr = n.fsm.Member(string(id))
 	}
 	if f := r.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {

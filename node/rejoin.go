@@ -9,6 +9,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -220,11 +221,11 @@ func (n *Node) promoteLoop() {
 			continue // a configuration from before the node was added
 		}
 		commit := n.raft.CommitIndex()
-		if commit == 0 || n.fsm.applied.Load() < commit {
+		if commit == 0 || n.fsm.Applied.Load() < commit {
 			continue
 		}
 		_, leader := n.raft.LeaderWithID()
-		addr := n.fsm.member(string(leader))
+		addr := n.fsm.Member(string(leader))
 		if addr == "" {
 			continue
 		}
@@ -268,19 +269,19 @@ func (n *Node) joinNew(r *transport.JoinRequest, cfg raft.Configuration) (uint64
 				return n.raft.LastIndex(), nil
 			}
 			n.cfg.Logger.Warn("a member rejoins without its state: a nonvoter until it has caught up", "id", r.NodeID, "raft", r.RaftAddr)
-			f := n.raft.DemoteVoter(s.ID, 0, enqueueTimeout)
+			f := n.raft.DemoteVoter(s.ID, 0, replica.EnqueueTimeout)
 			if err := f.Error(); err != nil {
 				return 0, n.raftError(err)
 			}
 			return f.Index(), nil
 		}
 		n.cfg.Logger.Warn("a member rejoins without its state at another address: replacing it", "id", r.NodeID, "old", s.Address, "raft", r.RaftAddr)
-		f := n.raft.RemoveServer(s.ID, 0, enqueueTimeout)
+		f := n.raft.RemoveServer(s.ID, 0, replica.EnqueueTimeout)
 		if err := f.Error(); err != nil {
 			return 0, n.raftError(err)
 		}
 	}
-	f := n.raft.AddNonvoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, enqueueTimeout)
+	f := n.raft.AddNonvoter(raft.ServerID(r.NodeID), raft.ServerAddress(r.RaftAddr), 0, replica.EnqueueTimeout)
 	if err := f.Error(); err != nil {
 		return 0, n.raftError(err)
 	}

@@ -161,11 +161,11 @@ func (n *Node) registerLoop() {
 			continue
 		}
 		leaderlessAt = time.Time{}
-		if n.fsm.member(n.cfg.ID) == n.clientAddr {
+		if n.fsm.Member(n.cfg.ID) == n.clientAddr {
 			rc = removalCheck{}
 			continue
 		}
-		addr := n.fsm.member(string(id))
+		addr := n.fsm.Member(string(id))
 		if addr == "" {
 			continue
 		}

@@ -8,12 +8,12 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
+	"github.com/raftlog/raftlog/replica"
 )
 
 // Repairing the data dir of a stopped node whose log holds a damaged
@@ -120,12 +120,12 @@ type Repair struct {
 	// Apply finishes it.
 	Interrupted bool
 
-	lock         io.Closer   // the data dir's lock; nil after Close
-	snapDir      string      // the snapshot directory
-	remove       []*snapFile // the snapshot files Apply removes
-	emptyArchive bool        // Apply empties archive group A (no snapshot kept)
-	storeDir     string      // the raftstore DB
-	applied      bool        // Apply ran
+	lock         io.Closer           // the data dir's lock; nil after Close
+	snapDir      string              // the snapshot directory
+	remove       []*replica.SnapFile // the snapshot files Apply removes
+	emptyArchive bool                // Apply empties archive group A (no snapshot kept)
+	storeDir     string              // the raftstore DB
+	applied      bool                // Apply ran
 }
 
 // ErrSingleVoter is the error of Apply on the only voter of its cluster
@@ -159,7 +159,7 @@ func (r *Repair) prepare() error {
 	}
 	var conf *raft.Configuration
 	in, err := raftstore.Inspect(r.storeDir, nil, func(g uint64, _ int64, l *raft.Log) {
-		if g == liveGroup && l.Type == raft.LogConfiguration && l.Index >= r.ConfigIndex {
+		if g == logGroups.Live && l.Type == raft.LogConfiguration && l.Index >= r.ConfigIndex {
 			if c, ok := decodeConfiguration(l.Data); ok {
 				conf, r.ConfigIndex = &c, l.Index
 			}
@@ -173,8 +173,8 @@ func (r *Repair) prepare() error {
 		return err
 	}
 	for _, f := range snaps {
-		if f.meta.ConfigurationIndex > r.ConfigIndex || conf == nil {
-			conf, r.ConfigIndex = &f.meta.Configuration, f.meta.ConfigurationIndex
+		if f.Meta.ConfigurationIndex > r.ConfigIndex || conf == nil {
+			conf, r.ConfigIndex = &f.Meta.Configuration, f.Meta.ConfigurationIndex
 		}
 	}
 	if conf != nil {
@@ -184,20 +184,20 @@ func (r *Repair) prepare() error {
 			}
 		}
 	}
-	r.Term = in.StableUint64(liveGroup, []byte("CurrentTerm"))
-	r.VoteTerm = in.StableUint64(liveGroup, []byte("LastVoteTerm"))
-	r.VotedFor = string(in.Stable(liveGroup, []byte("LastVoteCand")))
+	r.Term = in.StableUint64(logGroups.Live, []byte("CurrentTerm"))
+	r.VoteTerm = in.StableUint64(logGroups.Live, []byte("LastVoteTerm"))
+	r.VotedFor = string(in.Stable(logGroups.Live, []byte("LastVoteCand")))
 	if in.Log != nil {
 		r.Damaged = in.Log.Damaged
 	}
 	r.Damage, r.Harmless = in.Damage, in.Harmless
 
-	live := in.Group(liveGroup)
+	live := in.Group(logGroups.Live)
 	r.Log = IndexRange{live.First, live.Last}
-	current := uint64(archiveGroupA)
+	current := logGroups.ArchiveA
 	if len(snaps) > 0 {
-		current = snaps[0].archive
-		r.Snapshot, r.Floor = snaps[0].meta.Index, snaps[0].floor
+		current = snaps[0].Archive
+		r.Snapshot, r.Floor = snaps[0].Meta.Index, snaps[0].Floor
 	}
 	a := in.Group(current)
 	r.Archive = IndexRange{a.First, a.Last}
@@ -205,7 +205,7 @@ func (r *Repair) prepare() error {
 		gi := in.Group(g)
 		return IndexRange{gi.KeptFirst, gi.KeptLast}
 	}
-	r.KeptLog, r.CutEntries, r.Cut = kept(liveGroup), live.CutEntries, in.Cut
+	r.KeptLog, r.CutEntries, r.Cut = kept(logGroups.Live), live.CutEntries, in.Cut
 	if r.Cut < 0 && !r.Interrupted {
 		// Nothing to cut: the snapshots stay as the node left them.
 		r.KeptArchive, r.KeptSnapshot = r.Archive, r.Snapshot
@@ -216,7 +216,7 @@ func (r *Repair) prepare() error {
 	// if raft's log begins at 1; else an empty log.
 	keep := -1
 	for i, f := range snaps {
-		if snapshotFits(f, r.KeptLog, kept(f.archive)) {
+		if snapshotFits(f, r.KeptLog, kept(f.Archive)) {
 			keep = i
 			break
 		}
@@ -224,12 +224,12 @@ func (r *Repair) prepare() error {
 	switch {
 	case keep >= 0:
 		r.remove = snaps[:keep]
-		r.KeptSnapshot, r.KeptArchive = snaps[keep].meta.Index, kept(snaps[keep].archive)
+		r.KeptSnapshot, r.KeptArchive = snaps[keep].Meta.Index, kept(snaps[keep].Archive)
 	case r.KeptLog.Last == 0 || r.KeptLog.First == 1:
 		// Without a snapshot the node uses archive group A (and empties
 		// B when it starts); raft replays its log from index 1.
 		r.remove = snaps
-		r.emptyArchive = kept(archiveGroupA).Last != 0
+		r.emptyArchive = kept(logGroups.ArchiveA).Last != 0
 	default:
 		r.remove, r.EmptyLog = snaps, true
 		r.KeptLog, r.CutEntries = IndexRange{}, 0
@@ -241,7 +241,7 @@ func (r *Repair) prepare() error {
 		}
 	}
 	for _, f := range r.remove {
-		r.RemovedSnapshots = append(r.RemovedSnapshots, f.meta.Index)
+		r.RemovedSnapshots = append(r.RemovedSnapshots, f.Meta.Index)
 	}
 	if r.Cut >= 0 {
 		r.CutFile, r.CutOffset = in.Log.Locate(r.Cut)
@@ -250,13 +250,12 @@ func (r *Repair) prepare() error {
 }
 
 // snapshots reads the snapshot files, newest first; one that does not
-// read is an error, as it is for the node (snapinstall.go).
-func (r *Repair) snapshots() ([]*snapFile, error) {
+// read is an error, as it is for the node (package replica).
+func (r *Repair) snapshots() ([]*replica.SnapFile, error) {
 	if _, err := os.Stat(r.snapDir); errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
-	s := &snapStore{fs: vfs.Default, dir: r.snapDir, logger: hclog.NewNullLogger()}
-	files, err := s.readFiles(true)
+	files, err := replica.ReadSnapFiles(vfs.Default, r.snapDir, logGroups)
 	if err != nil {
 		return nil, fmt.Errorf("%w: the repair handles a damaged log, not damaged snapshot files; wipe the data dir and start the node with --join", err)
 	}
@@ -268,9 +267,9 @@ func (r *Repair) snapshots() ([]*snapFile, error) {
 // has deleted what f makes obsolete (snapStore.finish), every retained
 // index from f's floor to its index is held, and raft's log is empty or
 // goes on from f's index.
-func snapshotFits(f *snapFile, live, arch IndexRange) bool {
-	s, floor := f.meta.Index, f.floor
-	if f.received {
+func snapshotFits(f *replica.SnapFile, live, arch IndexRange) bool {
+	s, floor := f.Meta.Index, f.Floor
+	if f.Received {
 		live = live.from(s + 1)
 	}
 	if floor > 1 {
@@ -343,7 +342,7 @@ func (r *Repair) Apply(allowLoss bool) error {
 	}
 	if len(r.remove) > 0 {
 		for _, f := range r.remove {
-			path := filepath.Join(r.snapDir, f.meta.ID+snapSuffix)
+			path := filepath.Join(r.snapDir, f.Meta.ID+replica.SnapSuffix)
 			if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 				return fmt.Errorf("node: repair: remove snapshot %s: %w", path, err)
 			}
@@ -362,9 +361,9 @@ func (r *Repair) Apply(allowLoss bool) error {
 		if err != nil {
 			return fmt.Errorf("node: repair: %w", err)
 		}
-		s, err := db.Store(archiveGroupA)
+		s, err := db.Store(logGroups.ArchiveA)
 		if err == nil {
-			err = emptyStore(s)
+			err = replica.EmptyStore(s)
 		}
 		if cerr := db.Close(); err == nil {
 			err = cerr

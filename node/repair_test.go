@@ -18,6 +18,7 @@ import (
 	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/internal/testdamage"
 	"github.com/raftlog/raftlog/raftstore"
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -152,7 +153,7 @@ func TestRepairFollowerCatchesUp(t *testing.T) {
 	waitCaughtUp(t, f, idx[59])
 	id, dir := f.ID(), f.cfg.DataDir
 	c.stop(id)
-	path, off := recordOf(t, dir, liveGroup, idx[40])
+	path, off := recordOf(t, dir, logGroups.Live, idx[40])
 	testdamage.FlipLastPayloadByte(t, path, off)
 
 	err := c.startErr(id)
@@ -212,12 +213,12 @@ func TestRepairBelowSnapshot(t *testing.T) {
 			f := c.follower()
 			waitCaughtUp(t, f, tr.Index)
 			waitFor(t, "the follower's snapshot after the trim", func() bool {
-				p := f.snap.latest.Load()
-				return p != nil && p.index >= tr.Index && f.view.first() >= below
+				p := f.snap.Latest.Load()
+				return p != nil && p.Index >= tr.Index && f.view.First() >= below
 			})
 			id, dir := f.ID(), f.cfg.DataDir
 			c.stop(id)
-			path, off := recordOf(t, dir, liveGroup, idx[300])
+			path, off := recordOf(t, dir, logGroups.Live, idx[300])
 			testdamage.FlipLastPayloadByte(t, path, off)
 			more := appendN(t, conn, "s", 10)
 
@@ -244,7 +245,7 @@ func TestRepairBelowSnapshot(t *testing.T) {
 			if want[0].Index != below {
 				t.Fatalf("the leader's log starts at %d, want %d", want[0].Index, below)
 			}
-			waitFor(t, id+" deletes below the floor again", func() bool { return back.view.first() >= below })
+			waitFor(t, id+" deletes below the floor again", func() bool { return back.view.First() >= below })
 			sameRecords(t, id+" after repair", readAll(t, back, true), want)
 		})
 	}
@@ -264,14 +265,14 @@ func TestRepairArchive(t *testing.T) {
 	}
 	for _, n := range c.nodes {
 		waitCaughtUp(t, n, tr.Index)
-		waitFor(t, n.ID()+" deletes below the floor", func() bool { return n.view.first() >= idx[20] })
+		waitFor(t, n.ID()+" deletes below the floor", func() bool { return n.view.First() >= idx[20] })
 	}
 	n4 := c.start("n4", func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
 	more := appendN(t, conn, "s", 10)
 	waitCaughtUp(t, n4, more[9])
 	c.waitVoter(n4)
-	ar := n4.view.archive.Load()
-	if first, _ := bounds(ar); first != idx[20] {
+	ar := n4.view.Archive.Load()
+	if first, _ := replica.Bounds(ar); first != idx[20] {
 		t.Fatalf("n4's archive starts at %d, want %d", first, idx[20])
 	}
 	dir, group := n4.cfg.DataDir, ar.Group()
@@ -305,7 +306,7 @@ func TestRepairSingleNode(t *testing.T) {
 	idx := appendN(t, dial(t, n), "r", 30)
 	dir := n.cfg.DataDir
 	c.stop("n1")
-	path, off := recordOf(t, dir, liveGroup, idx[20])
+	path, off := recordOf(t, dir, logGroups.Live, idx[20])
 	testdamage.FlipLastPayloadByte(t, path, off)
 
 	r := prepareRepair(t, dir)
@@ -347,7 +348,7 @@ func TestRepairUnfinished(t *testing.T) {
 	appendN(t, dial(t, c.nodes["n1"]), "r", 5)
 	dir := c.nodes["n1"].cfg.DataDir
 	c.stop("n1")
-	if err := writeFileSync(filepath.Join(dir, repairingFile), []byte("x\n")); err != nil {
+	if err := replica.WriteFileSync(filepath.Join(dir, repairingFile), []byte("x\n")); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.startErr("n1"); !errors.Is(err, ErrRepairUnfinished) {
@@ -380,7 +381,7 @@ func TestRepairNewestRecord(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	path, off := recordOf(t, dir, liveGroup, newest)
+	path, off := recordOf(t, dir, logGroups.Live, newest)
 	testdamage.FlipLastPayloadByte(t, path, off)
 	err := c.startErr("n1")
 	if !errors.Is(err, ErrDamaged) || !strings.Contains(err.Error(), fmt.Sprintf("%s at offset %d", path, off)) {
@@ -410,12 +411,12 @@ func TestRepairHarmlessBelowFloor(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCaughtUp(t, n, tr.Index)
-	waitFor(t, "deletion below the floor", func() bool { return n.view.first() >= idx[30] })
+	waitFor(t, "deletion below the floor", func() bool { return n.view.First() >= idx[30] })
 	want := readAll(t, n, false)
 	dir := n.cfg.DataDir
 	c.stop("n1")
 	// The entry is deleted, but its record stays in the one segment.
-	path, off := recordOf(t, dir, liveGroup, idx[10])
+	path, off := recordOf(t, dir, logGroups.Live, idx[10])
 	testdamage.FlipLastPayloadByte(t, path, off)
 	before := treeSum(t, dir)
 	r := prepareRepair(t, dir)

@@ -16,6 +16,7 @@ import (
 	"github.com/raftlog/raftlog/backup"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
+	"github.com/raftlog/raftlog/replica"
 )
 
 // Restoring a backup (package backup) into the data dir of a node of a new
@@ -26,7 +27,7 @@ import (
 // The records keep their indexes: reads by index, and the indexes clients
 // hold, mean the same in the new cluster. So the data dir Restore writes
 // is the one a node has after it installed a snapshot from a leader
-// (snapinstall.go): the backup's entries in the first archive group, from
+// (package replica): the backup's entries in the first archive group, from
 // its floor to its index, no-ops standing in for raft's own entries; a
 // snapshot file at the backup's index and term holding the backup's state;
 // and an empty raft log. The snapshot's configuration is the new member
@@ -232,21 +233,15 @@ func undoRestore(dir string, existed bool, logger hclog.Logger) {
 // addresses forgotten), the entries' size by its byte ledger and the
 // number of client sessions.
 func restoredState(state []byte, hdr backup.Header) ([]byte, uint64, int, error) {
-	if len(state) > 0 && !knownStateVersion(state[0]) {
+	out, bytes, sessions, err := replica.RestoredState(state, hdr.Floor)
+	switch {
+	case errors.Is(err, replica.ErrStateVersion):
 		return nil, 0, 0, fmt.Errorf("node: restore: %w: the state machine's state in it has version %d; this node reads 1 to %d (a backup from a newer raftlog)",
-			backup.ErrUnsupportedVersion, state[0], stateVersion)
+			backup.ErrUnsupportedVersion, state[0], replica.StateVersion)
+	case err != nil:
+		return nil, 0, 0, fmt.Errorf("node: restore: %w: %v", backup.ErrCorrupt, err)
 	}
-	f := newFSM(nil, hclog.NewNullLogger())
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.decodeLocked(state); err != nil {
-		return nil, 0, 0, fmt.Errorf("node: restore: %w: the state machine's state in it: %v", backup.ErrCorrupt, err)
-	}
-	if f.floor != hdr.Floor {
-		return nil, 0, 0, fmt.Errorf("node: restore: %w: its state has floor %d, its header %d", backup.ErrCorrupt, f.floor, hdr.Floor)
-	}
-	f.members = map[string]string{}
-	return f.encodeLocked(), f.total - f.floorCum, len(f.sessions), nil
+	return out, bytes, sessions, nil
 }
 
 // restoreLog stores the backup's entries in the first archive group of a
@@ -259,13 +254,13 @@ func restoreLog(br *backup.Reader, cfg RestoreConfig, state []byte, want uint64)
 	if err != nil {
 		return backup.Summary{}, fmt.Errorf("node: restore: %w", err)
 	}
-	view, err := newLogView(db)
+	view, err := replica.NewLogView(db, logGroups)
 	if err == nil {
-		err = storeBackup(br, view.archives[0], hdr, want)
+		err = storeBackup(br, view.Archives[0], hdr, want)
 	}
 	if err == nil {
 		// Raft's current term: see the top of this file.
-		err = view.live.SetUint64([]byte("CurrentTerm"), hdr.Term)
+		err = view.Live.SetUint64([]byte("CurrentTerm"), hdr.Term)
 	}
 	if err == nil {
 		err = db.Sync()
@@ -283,7 +278,7 @@ func restoreLog(br *backup.Reader, cfg RestoreConfig, state []byte, want uint64)
 // index, no-ops standing in for raft's own entries, and checks their size
 // against the state's byte ledger (want).
 func storeBackup(br *backup.Reader, st *raftstore.Store, hdr backup.Header, want uint64) error {
-	w := newEntryWriter(st, hdr.Floor, hdr.Term)
+	w := replica.NewEntryWriter(st, hdr.Floor, hdr.Term)
 	var ledger uint64
 	for {
 		e, err := br.Next()
@@ -293,12 +288,12 @@ func storeBackup(br *backup.Reader, st *raftstore.Store, hdr backup.Header, want
 		if err != nil {
 			return err
 		}
-		ledger += streamRecordSize(len(e.Data))
-		if err := w.write(&raft.Log{Index: e.Index, Term: e.Term, Type: raft.LogCommand, Data: e.Data, AppendedAt: time.Unix(0, e.AppendedAt)}); err != nil {
+		ledger += replica.StreamRecordSize(len(e.Data))
+		if err := w.Write(&raft.Log{Index: e.Index, Term: e.Term, Type: raft.LogCommand, Data: e.Data, AppendedAt: time.Unix(0, e.AppendedAt)}); err != nil {
 			return err
 		}
 	}
-	if err := w.finish(hdr.Index); err != nil {
+	if err := w.Finish(hdr.Index); err != nil {
 		return err
 	}
 	if ledger != want {
@@ -318,8 +313,8 @@ func writeRestoredSnapshot(cfg RestoreConfig, hdr backup.Header, state []byte) e
 	for _, p := range cfg.Bootstrap {
 		conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(p.ID), Address: raft.ServerAddress(p.RaftAddr)})
 	}
-	f := &snapFile{
-		meta: raft.SnapshotMeta{
+	f := &replica.SnapFile{
+		Meta: raft.SnapshotMeta{
 			Version:            raft.SnapshotVersionMax,
 			ID:                 fmt.Sprintf("%020d-%020d-%d", hdr.Index, hdr.Term, time.Now().UnixMilli()),
 			Index:              hdr.Index,
@@ -327,15 +322,15 @@ func writeRestoredSnapshot(cfg RestoreConfig, hdr backup.Header, state []byte) e
 			Configuration:      conf,
 			ConfigurationIndex: hdr.Index,
 		},
-		state:    state,
-		archive:  archiveGroupA,
-		received: true,
+		State:    state,
+		Archive:  logGroups.ArchiveA,
+		Received: true,
 	}
-	b, err := encodeSnapFile(f)
+	b, err := replica.EncodeSnapFile(f)
 	if err != nil {
 		return fmt.Errorf("node: restore: %w", err)
 	}
-	if _, err := writeFileFS(vfs.Default, filepath.Join(dir, f.meta.ID+snapSuffix), b); err != nil {
+	if _, err := replica.WriteFileFS(vfs.Default, filepath.Join(dir, f.Meta.ID+replica.SnapSuffix), b); err != nil {
 		return fmt.Errorf("node: restore: %w", err)
 	}
 	return nil

@@ -16,6 +16,8 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/backup"
+	"github.com/raftlog/raftlog/commitlog/vfs"
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -26,10 +28,10 @@ import (
 // one record left out (valid as a file, but not with its state).
 func syntheticBackup(t *testing.T, n int) (file []byte, records map[uint64][]byte, appended []uint64, missing []byte) {
 	t.Helper()
-	f := newFSM(nil, discardLogger())
+	f := replica.NewFSM(nil, discardLogger())
 	logs := []*raft.Log{
 		{Index: 1, Term: 1, Type: raft.LogConfiguration},
-		{Index: 2, Term: 2, Type: raft.LogCommand, Data: encodeMemberCmd("n1", "192.0.2.1:7000")},
+		{Index: 2, Term: 2, Type: raft.LogCommand, Data: replica.EncodeMemberCmd("n1", "192.0.2.1:7000")},
 		{Index: 3, Term: 2, Type: raft.LogNoop},
 	}
 	records = map[uint64][]byte{}
@@ -37,16 +39,14 @@ func syntheticBackup(t *testing.T, n int) (file []byte, records map[uint64][]byt
 		idx := uint64(4 + i)
 		payload := []byte(fmt.Sprintf("record-%d", i))
 		logs = append(logs, &raft.Log{Index: idx, Term: 2, Type: raft.LogCommand, AppendedAt: time.Unix(0, int64(idx)),
-			Data: appendRecordCmd(nil, "app", 1, uint64(i), uint64(n), 1, 0, payload)})
+			Data: replica.AppendRecordCmd(nil, "app", 1, uint64(i), uint64(n), 1, 0, payload)})
 		records[idx] = payload
 		appended = append(appended, idx)
 	}
 	last := uint64(4 + n)
 	logs = append(logs, &raft.Log{Index: last, Term: 2, Type: raft.LogConfiguration})
 	f.ApplyBatch(logs)
-	f.mu.RLock()
-	state := f.encodeLocked()
-	f.mu.RUnlock()
+	state := f.State()
 	write := func(skip uint64) []byte {
 		var buf bytes.Buffer
 		w, err := backup.NewWriter(&buf, backup.Header{Index: last, Term: 2, Floor: 1, Created: time.Now()}, state)
@@ -88,27 +88,17 @@ func TestRestoreSingleNode(t *testing.T) {
 	}
 	// The snapshot's state names no member: the old cluster's addresses
 	// would send clients there.
-	names, err := os.ReadDir(filepath.Join(dir, "snapshots"))
-	if err != nil || len(names) != 1 {
-		t.Fatalf("snapshots: %v, %v", names, err)
+	files, err := replica.ReadSnapFiles(vfs.Default, filepath.Join(dir, "snapshots"), logGroups)
+	if err != nil || len(files) != 1 {
+		t.Fatalf("snapshots: %v, %v", files, err)
 	}
-	b, err := os.ReadFile(filepath.Join(dir, "snapshots", names[0].Name()))
-	if err != nil {
-		t.Fatal(err)
+	sf := files[0]
+	sum, err := replica.SummarizeState(sf.State)
+	if err != nil || len(sum.Members) != 0 || sum.Sessions != 1 {
+		t.Fatalf("restored state: %v, members %v, %d sessions; want no members, 1 session", err, sum.Members, sum.Sessions)
 	}
-	sf, err := decodeSnapFile(names[0].Name(), b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	check := newFSM(nil, discardLogger())
-	check.mu.Lock()
-	err = check.decodeLocked(sf.state)
-	check.mu.Unlock()
-	if err != nil || len(check.members) != 0 || len(check.sessions) != 1 {
-		t.Fatalf("restored state: %v, members %v, %d sessions; want no members, 1 session", err, check.members, len(check.sessions))
-	}
-	if sf.meta.Index != 24 || sf.meta.Term != 2 || len(sf.meta.Configuration.Servers) != 1 || sf.meta.Configuration.Servers[0].Address != raft.ServerAddress(addr) {
-		t.Fatalf("restored snapshot %+v", sf.meta)
+	if sf.Meta.Index != 24 || sf.Meta.Term != 2 || len(sf.Meta.Configuration.Servers) != 1 || sf.Meta.Configuration.Servers[0].Address != raft.ServerAddress(addr) {
+		t.Fatalf("restored snapshot %+v", sf.Meta)
 	}
 
 	cfg := testConfig(t, filepath.Dir(dir), "n1")
@@ -160,7 +150,7 @@ func TestRestoreRefusals(t *testing.T) {
 	binary.BigEndian.PutUint32(version[8:], 7)
 	binary.BigEndian.PutUint32(version[48:], crc32.Checksum(version[:48], crc32.MakeTable(crc32.Castagnoli)))
 	var newer bytes.Buffer // a state machine state of a version to come
-	w, err := backup.NewWriter(&newer, backup.Header{Index: 5, Term: 1, Floor: 1}, []byte{stateVersion + 1, 1, 2, 3})
+	w, err := backup.NewWriter(&newer, backup.Header{Index: 5, Term: 1, Floor: 1}, []byte{replica.StateVersion + 1, 1, 2, 3})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -182,7 +172,7 @@ func TestRestoreRefusals(t *testing.T) {
 		{"version", version, false, "n1", backup.ErrUnsupportedVersion, "format version 7"},
 		{"not a backup", []byte("SQLite format 3\x00 and so on, and so on, and so on, and on"), true, "n1", backup.ErrNotBackup, "RLBACKUP"},
 		{"state and entries differ", missing, true, "n2", backup.ErrCorrupt, "do not belong together"},
-		{"state version", newer.Bytes(), false, "n1", backup.ErrUnsupportedVersion, fmt.Sprintf("state in it has version %d", stateVersion+1)},
+		{"state version", newer.Bytes(), false, "n1", backup.ErrUnsupportedVersion, fmt.Sprintf("state in it has version %d", replica.StateVersion+1)},
 		{"not a member", file, true, "n3", nil, "do not include this node (n3)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -54,7 +55,7 @@ func waitCaughtUp(t *testing.T, n *Node, index uint64) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	for {
-		applied, ch := n.fsm.appliedCh()
+		applied, ch := n.fsm.AppliedCh()
 		if applied >= index {
 			return
 		}
@@ -103,16 +104,16 @@ func TestTrimLateJoinerAndWipedNode(t *testing.T) {
 	// trim.
 	for _, n := range c.nodes {
 		waitCaughtUp(t, n, tr.Index)
-		waitFor(t, fmt.Sprintf("%s deletes below %d", n.ID(), below), func() bool { return n.view.first() >= below })
+		waitFor(t, fmt.Sprintf("%s deletes below %d", n.ID(), below), func() bool { return n.view.First() >= below })
 	}
 
 	n4 := c.start("n4", func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
 	waitCaughtUp(t, n4, more[len(more)-1])
 	sameRecords(t, "n4", readAll(t, n4, true), want)
-	if first := n4.view.first(); first != below {
+	if first := n4.view.First(); first != below {
 		t.Fatalf("n4 holds the log from %d, want %d", first, below)
 	}
-	if first, last := bounds(n4.view.archive.Load()); first != below || last < tr.Index {
+	if first, last := replica.Bounds(n4.view.Archive.Load()); first != below || last < tr.Index {
 		t.Fatalf("n4's archive holds [%d, %d]: the snapshot did not bring the retained records", first, last)
 	}
 

@@ -264,7 +264,7 @@ func (p *spacePoller) poll() {
 	answers := make(chan answer, len(voters))
 	asked := 0
 	for _, id := range voters {
-		addr := n.fsm.member(id)
+		addr := n.fsm.Member(id)
 		if id == n.cfg.ID || addr == "" {
 			continue
 		}

@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bytes"
@@ -50,9 +50,9 @@ const (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// streamRecordSize is the size of a command entry of n data bytes in a
+// StreamRecordSize is the size of a command entry of n data bytes in a
 // snapshot stream.
-func streamRecordSize(n int) uint64 { return uint64(streamRecordFixed + n) }
+func StreamRecordSize(n int) uint64 { return uint64(streamRecordFixed + n) }
 
 func appendStreamHeaderFlags(dst, state []byte, flags byte) []byte {
 	dst = append(dst, streamMagic...)
@@ -90,23 +90,23 @@ const maxStateSize = 1 << 30
 func readStreamHeader(r io.Reader) (streamHeader, error) {
 	var fixed [len(streamMagic) + 1 + 4]byte
 	if _, err := io.ReadFull(r, fixed[:]); err != nil {
-		return streamHeader{}, fmt.Errorf("node: snapshot header: %w", err)
+		return streamHeader{}, fmt.Errorf("replica: snapshot header: %w", err)
 	}
 	if string(fixed[:len(streamMagic)]) != streamMagic {
-		return streamHeader{}, fmt.Errorf("node: snapshot does not start with %q", streamMagic)
+		return streamHeader{}, fmt.Errorf("replica: snapshot does not start with %q", streamMagic)
 	}
 	h := streamHeader{flags: fixed[len(streamMagic)]}
 	n := binary.BigEndian.Uint32(fixed[len(streamMagic)+1:])
 	if n > maxStateSize {
-		return streamHeader{}, fmt.Errorf("node: snapshot state of %d bytes", n)
+		return streamHeader{}, fmt.Errorf("replica: snapshot state of %d bytes", n)
 	}
 	buf := make([]byte, int(n)+4)
 	if _, err := io.ReadFull(r, buf); err != nil {
-		return streamHeader{}, fmt.Errorf("node: snapshot state: %w", err)
+		return streamHeader{}, fmt.Errorf("replica: snapshot state: %w", err)
 	}
 	h.state = buf[:n]
 	if crc32.Checksum(h.state, crcTable) != binary.BigEndian.Uint32(buf[n:]) {
-		return streamHeader{}, errors.New("node: snapshot state fails its checksum")
+		return streamHeader{}, errors.New("replica: snapshot state fails its checksum")
 	}
 	return h, nil
 }
@@ -115,7 +115,7 @@ func readStreamHeader(r io.Reader) (streamHeader, error) {
 // state.
 func stateLedger(state []byte) (floor, recordBytes uint64, err error) {
 	if len(state) == 0 || !knownStateVersion(state[0]) {
-		return 0, 0, errors.New("node: unknown snapshot state version")
+		return 0, 0, errors.New("replica: unknown snapshot state version")
 	}
 	r := cmdReader{b: state[1:]}
 	floor, floorCum, total := r.uvarint(), r.uvarint(), r.uvarint()
@@ -123,34 +123,35 @@ func stateLedger(state []byte) (floor, recordBytes uint64, err error) {
 		r.err = errBadCommand
 	}
 	if r.err != nil {
-		return 0, 0, fmt.Errorf("node: snapshot state ledger: %w", r.err)
+		return 0, 0, fmt.Errorf("replica: snapshot state ledger: %w", r.err)
 	}
 	return floor, total - floorCum, nil
 }
 
-// snapStore is the node's raft.SnapshotStore. Snapshot files live in dir,
+// SnapStore is the node's raft.SnapshotStore. Snapshot files live in dir,
 // one per snapshot, written atomically (snapinstall.go); each names the
 // archive group that holds its records.
-type snapStore struct {
-	// fs, dir, view, db, logger and retain (how many snapshots to keep)
-	// are set by openSnapStore and never change.
+type SnapStore struct {
+	// fs, dir, view, groups (view's), db, logger and retain (how many
+	// snapshots to keep) are set by OpenSnapStore and never change.
 	fs     vfs.FS
 	dir    string
-	view   *logView
+	view   *LogView
+	groups Groups
 	db     *raftstore.DB
 	logger hclog.Logger
 	retain int
-	// fail is called when a failed sync leaves it unknown whether an
+	// Fail is called when a failed sync leaves it unknown whether an
 	// install switched to its snapshot: the node must stop (failstop.go),
 	// and its next start finds out from the disk. nil: the install only
 	// returns the error. Set before raft starts, never changed.
-	fail func(error)
-	// latest is the index and term of the newest durable snapshot
+	Fail func(error)
+	// Latest is the index and term of the newest durable snapshot
 	// (failStopStore.GetLog); nil when there is none.
-	latest atomic.Pointer[snapPoint]
-	// kept counts the entries past a received snapshot that the node held
-	// when it installed it, and kept (for tests).
-	kept atomic.Uint64
+	Latest atomic.Pointer[SnapPoint]
+	// Kept counts the entries past a received snapshot that the node held
+	// when it installed it, and Kept (for tests).
+	Kept atomic.Uint64
 
 	// mu serialises writes and removals of snapshot files, the switch of
 	// the current archive (view.archive) and the deletions that follow a
@@ -161,43 +162,43 @@ type snapStore struct {
 	staging chan struct{}
 }
 
-// snapPoint is the last entry a snapshot covers.
-type snapPoint struct{ index, term uint64 }
+// SnapPoint is the last entry a snapshot covers.
+type SnapPoint struct{ Index, Term uint64 }
 
 // noteLatest records p as the newest snapshot unless a newer one is.
-func (s *snapStore) noteLatest(p snapPoint) {
+func (s *SnapStore) noteLatest(p SnapPoint) {
 	for {
-		cur := s.latest.Load()
-		if cur != nil && cur.index >= p.index {
+		cur := s.Latest.Load()
+		if cur != nil && cur.Index >= p.Index {
 			return
 		}
-		if s.latest.CompareAndSwap(cur, &p) {
+		if s.Latest.CompareAndSwap(cur, &p) {
 			return
 		}
 	}
 }
 
 const (
-	snapSuffix = ".snap"
+	SnapSuffix = ".snap"
 	tmpSuffix  = ".tmp"
 )
 
-// snapFile is a snapshot on disk.
-type snapFile struct {
-	meta        raft.SnapshotMeta
-	state       []byte
-	floor       uint64
-	recordBytes uint64
-	// archive is the group that holds the snapshot's records below raft's
+// SnapFile is a snapshot on disk.
+type SnapFile struct {
+	Meta        raft.SnapshotMeta
+	State       []byte
+	Floor       uint64
+	RecordBytes uint64
+	// Archive is the group that holds the snapshot's records below raft's
 	// log.
-	archive uint64
-	// received is set for a snapshot a leader sent, whose records the
+	Archive uint64
+	// Received is set for a snapshot a leader sent, whose records the
 	// stream carried; false for one taken here.
-	received bool
+	Received bool
 }
 
-func (f *snapFile) streamSize() int64 {
-	return int64(streamHeaderFixed+len(f.state)) + int64(f.recordBytes) + streamEndSize
+func (f *SnapFile) streamSize() int64 {
+	return int64(streamHeaderFixed+len(f.State)) + int64(f.RecordBytes) + streamEndSize
 }
 
 // The snapshot file (all integers big-endian):
@@ -213,28 +214,29 @@ const (
 	fileFlagRcv = 1
 )
 
-func encodeSnapFile(f *snapFile) ([]byte, error) {
-	mj, err := json.Marshal(&f.meta)
+// EncodeSnapFile encodes a snapshot file.
+func EncodeSnapFile(f *SnapFile) ([]byte, error) {
+	mj, err := json.Marshal(&f.Meta)
 	if err != nil {
 		return nil, err
 	}
 	b := []byte(fileMagic)
 	b = binary.BigEndian.AppendUint32(b, uint32(len(mj)))
 	b = append(b, mj...)
-	b = binary.BigEndian.AppendUint64(b, f.archive)
+	b = binary.BigEndian.AppendUint64(b, f.Archive)
 	var flags byte
-	if f.received {
+	if f.Received {
 		flags |= fileFlagRcv
 	}
 	b = append(b, flags)
-	b = binary.BigEndian.AppendUint32(b, uint32(len(f.state)))
-	b = append(b, f.state...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(f.State)))
+	b = append(b, f.State...)
 	return binary.BigEndian.AppendUint32(b, crc32.Checksum(b, crcTable)), nil
 }
 
 // decodeSnapFile decodes a snapshot file; path names it in errors.
-func decodeSnapFile(path string, b []byte) (*snapFile, error) {
-	bad := func(what string) error { return fmt.Errorf("node: snapshot %s: %s", path, what) }
+func decodeSnapFile(path string, b []byte, groups Groups) (*SnapFile, error) {
+	bad := func(what string) error { return fmt.Errorf("replica: snapshot %s: %s", path, what) }
 	if len(b) < len(fileMagic)+12 {
 		return nil, bad("not a snapshot file")
 	}
@@ -261,42 +263,42 @@ func decodeSnapFile(path string, b []byte) (*snapFile, error) {
 		rest = rest[4+n:]
 		return c
 	}
-	f := &snapFile{archive: archiveGroupA}
+	f := &SnapFile{Archive: groups.ArchiveA}
 	mj := chunk()
 	if magic == fileMagic && len(rest) >= 9 {
-		f.archive = binary.BigEndian.Uint64(rest)
-		f.received = rest[8]&fileFlagRcv != 0
+		f.Archive = binary.BigEndian.Uint64(rest)
+		f.Received = rest[8]&fileFlagRcv != 0
 		rest = rest[9:]
 	} else if magic == fileMagic {
 		rest = nil
 	}
-	f.state = chunk()
-	if mj == nil || f.state == nil || len(rest) != 0 {
+	f.State = chunk()
+	if mj == nil || f.State == nil || len(rest) != 0 {
 		return nil, bad("is truncated")
 	}
-	if f.archive != archiveGroupA && f.archive != archiveGroupB {
-		return nil, bad(fmt.Sprintf("names group %d as its archive", f.archive))
+	if !groups.isArchive(f.Archive) {
+		return nil, bad(fmt.Sprintf("names group %d as its archive", f.Archive))
 	}
-	if err := json.Unmarshal(mj, &f.meta); err != nil {
+	if err := json.Unmarshal(mj, &f.Meta); err != nil {
 		return nil, bad(err.Error())
 	}
 	var err error
-	if f.floor, f.recordBytes, err = stateLedger(f.state); err != nil {
+	if f.Floor, f.RecordBytes, err = stateLedger(f.State); err != nil {
 		return nil, bad(err.Error())
 	}
-	f.meta.Size = f.streamSize()
+	f.Meta.Size = f.streamSize()
 	return f, nil
 }
 
-func (s *snapStore) path(id string) string { return filepath.Join(s.dir, id+snapSuffix) }
+func (s *SnapStore) path(id string) string { return filepath.Join(s.dir, id+SnapSuffix) }
 
-func (s *snapStore) readFile(id string) (*snapFile, error) {
+func (s *SnapStore) readFile(id string) (*SnapFile, error) {
 	path := s.path(id)
 	b, err := readFileFS(s.fs, path)
 	if err != nil {
-		return nil, fmt.Errorf("node: read snapshot %s: %w", path, err)
+		return nil, fmt.Errorf("replica: read snapshot %s: %w", path, err)
 	}
-	return decodeSnapFile(path, b)
+	return decodeSnapFile(path, b, s.groups)
 }
 
 // readFileFS reads a whole file.
@@ -311,7 +313,7 @@ func readFileFS(fs vfs.FS, path string) ([]byte, error) {
 		return nil, err
 	}
 	if n > maxStateSize+1<<20 {
-		return nil, fmt.Errorf("node: %s: %d bytes is too large for a snapshot file", path, n)
+		return nil, fmt.Errorf("replica: %s: %d bytes is too large for a snapshot file", path, n)
 	}
 	b := make([]byte, n)
 	if _, err := f.ReadAt(b, 0); err != nil && !errors.Is(err, io.EOF) {
@@ -321,32 +323,40 @@ func readFileFS(fs vfs.FS, path string) ([]byte, error) {
 }
 
 // List implements raft.SnapshotStore: newest first.
-func (s *snapStore) List() ([]*raft.SnapshotMeta, error) {
-	files, err := s.files()
+func (s *SnapStore) List() ([]*raft.SnapshotMeta, error) {
+	files, err := s.Files()
 	if err != nil {
 		return nil, err
 	}
 	metas := make([]*raft.SnapshotMeta, len(files))
 	for i, f := range files {
-		metas[i] = &f.meta
+		metas[i] = &f.Meta
 	}
 	return metas, nil
 }
 
-// files returns the readable snapshots, newest first, skipping the others
-// with a warning.
-func (s *snapStore) files() ([]*snapFile, error) { return s.readFiles(false) }
+// ReadSnapFiles returns the snapshot files in dir, newest first, for a
+// log whose groups are groups, without opening a store: a file that does
+// not read is an error.
+func ReadSnapFiles(fs vfs.FS, dir string, groups Groups) ([]*SnapFile, error) {
+	s := &SnapStore{fs: fs, dir: dir, groups: groups, logger: hclog.NewNullLogger()}
+	return s.ReadFiles(true)
+}
 
-// readFiles returns the snapshots, newest first. A file that does not
+// Files returns the readable snapshots, newest first, skipping the others
+// with a warning.
+func (s *SnapStore) Files() ([]*SnapFile, error) { return s.ReadFiles(false) }
+
+// ReadFiles returns the snapshots, newest first. A file that does not
 // read is an error when strict is set, and skipped otherwise.
-func (s *snapStore) readFiles(strict bool) ([]*snapFile, error) {
+func (s *SnapStore) ReadFiles(strict bool) ([]*SnapFile, error) {
 	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
-		return nil, fmt.Errorf("node: list snapshots: %w", err)
+		return nil, fmt.Errorf("replica: list snapshots: %w", err)
 	}
-	var files []*snapFile
+	var files []*SnapFile
 	for _, name := range names {
-		id, ok := strings.CutSuffix(name, snapSuffix)
+		id, ok := strings.CutSuffix(name, SnapSuffix)
 		if !ok {
 			continue
 		}
@@ -367,27 +377,27 @@ func (s *snapStore) readFiles(strict bool) ([]*snapFile, error) {
 // newer orders snapshots newest first: by index, then term, then ID (the
 // same snapshot received again: the later copy first, as IDs end in the
 // creation time in milliseconds).
-func newer(a, b *snapFile) bool {
-	if a.meta.Index != b.meta.Index {
-		return a.meta.Index > b.meta.Index
+func newer(a, b *SnapFile) bool {
+	if a.Meta.Index != b.Meta.Index {
+		return a.Meta.Index > b.Meta.Index
 	}
-	if a.meta.Term != b.meta.Term {
-		return a.meta.Term > b.meta.Term
+	if a.Meta.Term != b.Meta.Term {
+		return a.Meta.Term > b.Meta.Term
 	}
-	return a.meta.ID > b.meta.ID
+	return a.Meta.ID > b.Meta.ID
 }
 
 // Open implements raft.SnapshotStore. The reader yields the state and then
 // the retained records, read from the log only if the reader gets that far
 // (FSM.Restore stops after the state).
-func (s *snapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
+func (s *SnapStore) Open(id string) (*raft.SnapshotMeta, io.ReadCloser, error) {
 	f, err := s.readFile(id)
 	if err != nil {
 		return nil, nil, err
 	}
-	meta := f.meta
-	hdr := appendStreamHeaderFlags(nil, f.state, flagRecords)
-	rs := &recordStream{view: s.view, next: f.floor, last: meta.Index, want: f.recordBytes}
+	meta := f.Meta
+	hdr := appendStreamHeaderFlags(nil, f.State, flagRecords)
+	rs := &recordStream{view: s.view, next: f.Floor, last: meta.Index, want: f.RecordBytes}
 	return &meta, readCloser{io.MultiReader(bytes.NewReader(hdr), rs)}, nil
 }
 
@@ -399,7 +409,7 @@ func (readCloser) Close() error { return nil }
 // then the end marker. It fails if their size differs from want, which
 // would break the size raft announced.
 type recordStream struct {
-	view       *logView
+	view       *LogView
 	next, last uint64
 	want, sent uint64
 	records    uint64
@@ -424,20 +434,20 @@ func (r *recordStream) Read(p []byte) (int, error) {
 func (r *recordStream) fill() error {
 	var l raft.Log
 	for r.next <= r.last && len(r.buf) < 1<<20 {
-		if err := r.view.getLog(r.next, &l); err != nil {
-			return fmt.Errorf("node: snapshot stream at index %d: %w", r.next, err)
+		if err := r.view.GetLog(r.next, &l); err != nil {
+			return fmt.Errorf("replica: snapshot stream at index %d: %w", r.next, err)
 		}
 		r.next++
 		if l.Type != raft.LogCommand {
 			continue
 		}
-		r.sent += streamRecordSize(len(l.Data))
+		r.sent += StreamRecordSize(len(l.Data))
 		r.records++
 		r.buf = appendStreamRecord(r.buf[:len(r.buf):len(r.buf)], &l)
 	}
 	if r.next > r.last {
 		if r.sent != r.want {
-			return fmt.Errorf("node: snapshot stream holds %d record bytes, its ledger says %d", r.sent, r.want)
+			return fmt.Errorf("replica: snapshot stream holds %d record bytes, its ledger says %d", r.sent, r.want)
 		}
 		r.buf = appendStreamEnd(r.buf, r.records)
 		r.done = true

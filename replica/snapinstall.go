@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bufio"
@@ -46,17 +46,17 @@ import (
 // records: its file names the current archive group, and only steps 2, 3
 // and 5 apply.
 
-// openSnapStore opens the snapshot store in dir, on fs, and recovers it: see
+// OpenSnapStore opens the snapshot store in dir, on fs, and recovers it: see
 // above. view's archive is set to the group the newest snapshot names.
 // Raft must not run yet.
-func openSnapStore(fs vfs.FS, dir string, view *logView, db *raftstore.DB, logger hclog.Logger) (*snapStore, error) {
+func OpenSnapStore(fs vfs.FS, dir string, view *LogView, db *raftstore.DB, logger hclog.Logger) (*SnapStore, error) {
 	if err := fs.MkdirAll(dir, 0o755); err != nil {
-		return nil, fmt.Errorf("node: create %s: %w", dir, err)
+		return nil, fmt.Errorf("replica: create %s: %w", dir, err)
 	}
 	if err := fs.SyncDir(filepath.Dir(dir)); err != nil {
-		return nil, fmt.Errorf("node: create %s: %w", dir, err)
+		return nil, fmt.Errorf("replica: create %s: %w", dir, err)
 	}
-	s := &snapStore{fs: fs, dir: dir, view: view, db: db, logger: logger, retain: 2, staging: make(chan struct{}, 1)}
+	s := &SnapStore{fs: fs, dir: dir, view: view, groups: view.Groups, db: db, logger: logger, retain: 2, staging: make(chan struct{}, 1)}
 	if err := s.recover(); err != nil {
 		return nil, err
 	}
@@ -64,16 +64,16 @@ func openSnapStore(fs vfs.FS, dir string, view *logView, db *raftstore.DB, logge
 }
 
 // recover finishes or rolls back what a crash interrupted.
-func (s *snapStore) recover() error {
+func (s *SnapStore) recover() error {
 	names, err := s.fs.ReadDir(s.dir)
 	if err != nil {
-		return fmt.Errorf("node: list snapshots: %w", err)
+		return fmt.Errorf("replica: list snapshots: %w", err)
 	}
 	dirty := false
 	for _, name := range names {
 		if strings.HasSuffix(name, tmpSuffix) {
 			if err := s.fs.Remove(filepath.Join(s.dir, name)); err != nil {
-				return fmt.Errorf("node: remove %s: %w", name, err)
+				return fmt.Errorf("replica: remove %s: %w", name, err)
 			}
 			dirty = true
 		}
@@ -81,13 +81,13 @@ func (s *snapStore) recover() error {
 	// Snapshot files are written whole and renamed into place, so one
 	// that does not read is damage, not a crash: refuse to guess which
 	// archive group holds the records.
-	files, err := s.readFiles(true)
+	files, err := s.ReadFiles(true)
 	if err != nil {
 		return fmt.Errorf("%w: the data dir is damaged; wipe it and start the node with --join", err)
 	}
-	cur := uint64(archiveGroupA)
+	cur := s.view.Groups.ArchiveA
 	if len(files) > 0 {
-		cur = files[0].archive
+		cur = files[0].Archive
 	}
 	if err := s.switchArchive(cur); err != nil {
 		return err
@@ -103,7 +103,7 @@ func (s *snapStore) recover() error {
 	}
 	if len(files) > 0 {
 		f := files[0]
-		s.noteLatest(snapPoint{f.meta.Index, f.meta.Term})
+		s.noteLatest(SnapPoint{f.Meta.Index, f.Meta.Term})
 		s.finish(f)
 	}
 	return nil
@@ -111,15 +111,15 @@ func (s *snapStore) recover() error {
 
 // switchArchive makes group g the current archive and empties the other.
 // mu must be held, or the store not yet shared.
-func (s *snapStore) switchArchive(g uint64) error {
+func (s *SnapStore) switchArchive(g uint64) error {
 	st, err := s.view.archiveStore(g)
 	if err != nil {
 		return err
 	}
-	s.view.archive.Store(st)
-	other, _ := s.view.archiveStore(otherArchive(g))
-	if err := emptyStore(other); err != nil {
-		return fmt.Errorf("node: empty the old archive (group %d): %w", otherArchive(g), err)
+	s.view.Archive.Store(st)
+	other, _ := s.view.archiveStore(s.view.Groups.otherArchive(g))
+	if err := EmptyStore(other); err != nil {
+		return fmt.Errorf("replica: empty the old archive (group %d): %w", s.view.Groups.otherArchive(g), err)
 	}
 	return nil
 }
@@ -129,15 +129,15 @@ func (s *snapStore) switchArchive(g uint64) error {
 // the newest s.retain, never the one with ID keep. It reports whether it
 // removed any; the caller syncs the directory. mu must be held, or the
 // store not yet shared.
-func (s *snapStore) removeStale(files []*snapFile, cur uint64, keep string) (bool, error) {
+func (s *SnapStore) removeStale(files []*SnapFile, cur uint64, keep string) (bool, error) {
 	removed, kept := false, 0
 	for _, f := range files {
-		if f.meta.ID == keep || (f.archive == cur && kept < s.retain) {
+		if f.Meta.ID == keep || (f.Archive == cur && kept < s.retain) {
 			kept++
 			continue
 		}
-		if err := s.fs.Remove(s.path(f.meta.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return removed, fmt.Errorf("node: remove snapshot %s: %w", f.meta.ID, err)
+		if err := s.fs.Remove(s.path(f.Meta.ID)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return removed, fmt.Errorf("replica: remove snapshot %s: %w", f.Meta.ID, err)
 		}
 		removed = true
 	}
@@ -149,23 +149,23 @@ func (s *snapStore) removeStale(files []*snapFile, cur uint64, keep string) (boo
 // ones); for every one, the entries below its floor. Both are idempotent,
 // so the store's recovery runs them again for the newest snapshot. mu must
 // be held, or the store not yet shared.
-func (s *snapStore) finish(f *snapFile) {
-	if f.received {
-		kept, err := s.view.dropLiveThrough(f.meta.Index)
+func (s *SnapStore) finish(f *SnapFile) {
+	if f.Received {
+		kept, err := s.view.DropLiveThrough(f.Meta.Index)
 		if err != nil {
-			s.logger.Error("deleting the entries a received snapshot covers", "index", f.meta.Index, "error", err)
+			s.logger.Error("deleting the entries a received snapshot covers", "index", f.Meta.Index, "error", err)
 		}
-		s.kept.Add(kept)
+		s.Kept.Add(kept)
 	}
-	if err := s.view.deleteBelow(f.floor, f.meta.Index); err != nil {
-		s.logger.Error("deleting trimmed entries", "floor", f.floor, "error", err)
+	if err := s.view.DeleteBelow(f.Floor, f.Meta.Index); err != nil {
+		s.logger.Error("deleting trimmed entries", "floor", f.Floor, "error", err)
 	}
 }
 
 // Create implements raft.SnapshotStore. The sink parses what raft writes
 // as it arrives: records go to the staging archive group, the state to
 // the file written at Close.
-func (s *snapStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
+func (s *SnapStore) Create(version raft.SnapshotVersion, index, term uint64, configuration raft.Configuration,
 	configurationIndex uint64, _ raft.Transport) (raft.SnapshotSink, error) {
 	now := time.Now()
 	meta := raft.SnapshotMeta{
@@ -189,7 +189,7 @@ func (s *snapStore) Create(version raft.SnapshotVersion, index, term uint64, con
 // snapSink receives one snapshot. Raft's goroutine calls its methods; a
 // goroutine of its own parses the stream.
 type snapSink struct {
-	store  *snapStore
+	store  *SnapStore
 	meta   raft.SnapshotMeta
 	pw     *io.PipeWriter
 	done   chan error
@@ -218,7 +218,7 @@ func (k *snapSink) Cancel() error {
 		return nil
 	}
 	k.closed = true
-	k.pw.CloseWithError(errors.New("node: snapshot cancelled"))
+	k.pw.CloseWithError(errors.New("replica: snapshot cancelled"))
 	<-k.done
 	k.unstage()
 	return nil
@@ -231,7 +231,7 @@ func (k *snapSink) unstage() {
 	}
 	k.received = false
 	st, _ := k.store.view.archiveStore(k.staged)
-	if err := emptyStore(st); err != nil {
+	if err := EmptyStore(st); err != nil {
 		// The next install or start empties it.
 		k.store.logger.Warn("dropping the records of a snapshot not installed", "group", k.staged, "error", err)
 	}
@@ -266,22 +266,22 @@ func (k *snapSink) close() error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	f := &snapFile{meta: k.meta, state: k.state, floor: k.floor, archive: k.staged, received: k.received}
+	f := &SnapFile{Meta: k.meta, State: k.state, Floor: k.floor, Archive: k.staged, Received: k.received}
 	if !k.received {
-		f.archive = s.currentArchive()
-	} else if p := s.latest.Load(); p != nil && p.index > f.meta.Index {
+		f.Archive = s.currentArchive()
+	} else if p := s.Latest.Load(); p != nil && p.Index > f.Meta.Index {
 		// Raft sends a snapshot only to a node whose log ends below the
 		// leader's, so this does not happen; switching to an older
 		// snapshot would leave the newer one without its records.
 		k.unstage()
-		return fmt.Errorf("node: received snapshot at index %d is older than the one at %d held here", f.meta.Index, p.index)
+		return fmt.Errorf("replica: received snapshot at index %d is older than the one at %d held here", f.Meta.Index, p.Index)
 	}
-	b, err := encodeSnapFile(f)
+	b, err := EncodeSnapFile(f)
 	if err != nil {
 		k.unstage()
 		return err
 	}
-	switched, err := writeFileFS(s.fs, s.path(k.meta.ID), b)
+	switched, err := WriteFileFS(s.fs, s.path(k.meta.ID), b)
 	if err != nil {
 		if !switched {
 			k.unstage()
@@ -290,9 +290,9 @@ func (k *snapSink) close() error {
 		// The rename happened, the directory sync failed: whether the
 		// new snapshot or the old one survives a crash is unknown, so
 		// neither archive may go. Stop; the next start finds out.
-		err = fmt.Errorf("node: snapshot %s: %w", k.meta.ID, err)
-		if s.fail != nil {
-			s.fail(err)
+		err = fmt.Errorf("replica: snapshot %s: %w", k.meta.ID, err)
+		if s.Fail != nil {
+			s.Fail(err)
 		}
 		return err
 	}
@@ -303,10 +303,10 @@ func (k *snapSink) close() error {
 		}
 		<-s.staging
 	}
-	s.noteLatest(snapPoint{k.meta.Index, k.meta.Term})
-	if files, err := s.files(); err != nil {
+	s.noteLatest(SnapPoint{k.meta.Index, k.meta.Term})
+	if files, err := s.Files(); err != nil {
 		s.logger.Warn("listing snapshots to remove old ones", "error", err)
-	} else if removed, err := s.removeStale(files, f.archive, k.meta.ID); err != nil || removed {
+	} else if removed, err := s.removeStale(files, f.Archive, k.meta.ID); err != nil || removed {
 		if err == nil {
 			err = s.fs.SyncDir(s.dir)
 		}
@@ -319,8 +319,8 @@ func (k *snapSink) close() error {
 }
 
 // currentArchive returns the group of the current archive.
-func (s *snapStore) currentArchive() uint64 {
-	return s.view.archive.Load().Group()
+func (s *SnapStore) currentArchive() uint64 {
+	return s.view.Archive.Load().Group()
 }
 
 // parse reads a stream, storing its records (if flagged) in the staging
@@ -342,14 +342,14 @@ func (k *snapSink) parse(r *bufio.Reader) error {
 	select {
 	case s.staging <- struct{}{}:
 	default:
-		return errors.New("node: another snapshot is being installed")
+		return errors.New("replica: another snapshot is being installed")
 	}
 	s.mu.Lock()
-	k.staged = otherArchive(s.currentArchive())
+	k.staged = s.view.Groups.otherArchive(s.currentArchive())
 	s.mu.Unlock()
 	k.received = true
 	st, _ := s.view.archiveStore(k.staged)
-	if err := emptyStore(st); err != nil {
+	if err := EmptyStore(st); err != nil {
 		return err
 	}
 	return k.storeRecords(st, r, floor)
@@ -358,12 +358,12 @@ func (k *snapSink) parse(r *bufio.Reader) error {
 // storeRecords stores the stream's records in st, from floor to the
 // snapshot's index, no-ops standing in for raft's own entries.
 func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint64) error {
-	w := newEntryWriter(st, floor, k.meta.Term)
+	w := NewEntryWriter(st, floor, k.meta.Term)
 	var records uint64
 	var fixed [streamRecordFixed]byte
 	for {
 		if _, err := io.ReadFull(r, fixed[:1]); err != nil {
-			return fmt.Errorf("node: snapshot stream after %d records: %w", records, err)
+			return fmt.Errorf("replica: snapshot stream after %d records: %w", records, err)
 		}
 		if fixed[0] == 0 {
 			if err := expectCount(r, records); err != nil {
@@ -372,10 +372,10 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 			break
 		}
 		if fixed[0] != 1 {
-			return fmt.Errorf("node: snapshot stream: record tag %d after %d records", fixed[0], records)
+			return fmt.Errorf("replica: snapshot stream: record tag %d after %d records", fixed[0], records)
 		}
 		if _, err := io.ReadFull(r, fixed[1:]); err != nil {
-			return fmt.Errorf("node: snapshot stream record %d: %w", records, err)
+			return fmt.Errorf("replica: snapshot stream record %d: %w", records, err)
 		}
 		l := &raft.Log{
 			Index:      binary.BigEndian.Uint64(fixed[1:]),
@@ -385,24 +385,24 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 		}
 		n, sum := binary.BigEndian.Uint32(fixed[25:]), binary.BigEndian.Uint32(fixed[29:])
 		if l.Index < w.next || l.Index > k.meta.Index {
-			return fmt.Errorf("node: snapshot stream: record index %d outside [%d, %d]", l.Index, w.next, k.meta.Index)
+			return fmt.Errorf("replica: snapshot stream: record index %d outside [%d, %d]", l.Index, w.next, k.meta.Index)
 		}
 		if n > maxStateSize {
-			return fmt.Errorf("node: snapshot stream: record of %d bytes", n)
+			return fmt.Errorf("replica: snapshot stream: record of %d bytes", n)
 		}
 		l.Data = make([]byte, n)
 		if _, err := io.ReadFull(r, l.Data); err != nil {
-			return fmt.Errorf("node: snapshot stream record at index %d: %w", l.Index, err)
+			return fmt.Errorf("replica: snapshot stream record at index %d: %w", l.Index, err)
 		}
 		if crc32.Checksum(l.Data, crcTable) != sum {
-			return fmt.Errorf("node: snapshot stream record at index %d fails its checksum", l.Index)
+			return fmt.Errorf("replica: snapshot stream record at index %d fails its checksum", l.Index)
 		}
-		if err := w.write(l); err != nil {
+		if err := w.Write(l); err != nil {
 			return err
 		}
 		records++
 	}
-	if err := w.finish(k.meta.Index); err != nil {
+	if err := w.Finish(k.meta.Index); err != nil {
 		return err
 	}
 	k.store.logger.Info("snapshot records staged", "floor", floor, "index", k.meta.Index, "records", records, "group", st.Group())
@@ -412,7 +412,7 @@ func (k *snapSink) storeRecords(st *raftstore.Store, r *bufio.Reader, floor uint
 func expectEnd(r io.Reader, records uint64) error {
 	var tag [1]byte
 	if _, err := io.ReadFull(r, tag[:]); err != nil || tag[0] != 0 {
-		return fmt.Errorf("node: snapshot stream: missing end marker (%v)", err)
+		return fmt.Errorf("replica: snapshot stream: missing end marker (%v)", err)
 	}
 	return expectCount(r, records)
 }
@@ -420,35 +420,35 @@ func expectEnd(r io.Reader, records uint64) error {
 func expectCount(r io.Reader, records uint64) error {
 	var b [8]byte
 	if _, err := io.ReadFull(r, b[:]); err != nil {
-		return fmt.Errorf("node: snapshot stream end: %w", err)
+		return fmt.Errorf("replica: snapshot stream end: %w", err)
 	}
 	if got := binary.BigEndian.Uint64(b[:]); got != records {
-		return fmt.Errorf("node: snapshot stream ends claiming %d records, %d came", got, records)
+		return fmt.Errorf("replica: snapshot stream ends claiming %d records, %d came", got, records)
 	}
 	var extra [1]byte
 	if n, _ := r.Read(extra[:]); n != 0 {
-		return errors.New("node: snapshot stream: bytes after the end marker")
+		return errors.New("replica: snapshot stream: bytes after the end marker")
 	}
 	return nil
 }
 
-// writeFileSync writes path atomically and durably on the operating
+// WriteFileSync writes path atomically and durably on the operating
 // system's file system.
-func writeFileSync(path string, b []byte) error {
-	_, err := writeFileFS(vfs.Default, path, b)
+func WriteFileSync(path string, b []byte) error {
+	_, err := WriteFileFS(vfs.Default, path, b)
 	return err
 }
 
-// writeFileFS writes path atomically and durably: a temporary file, fsync,
+// WriteFileFS writes path atomically and durably: a temporary file, fsync,
 // rename, fsync of the directory. renamed reports that the rename was
 // done, so that on an error the old or the new content may survive a
 // crash; otherwise the old content does.
-func writeFileFS(fs vfs.FS, path string, b []byte) (renamed bool, err error) {
+func WriteFileFS(fs vfs.FS, path string, b []byte) (renamed bool, err error) {
 	tmp := path + tmpSuffix
 	dir := filepath.Dir(path)
 	f, err := fs.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		return false, fmt.Errorf("node: write %s: %w", path, err)
+		return false, fmt.Errorf("replica: write %s: %w", path, err)
 	}
 	_, err = f.WriteAt(b, 0)
 	if err == nil {
@@ -462,19 +462,19 @@ func writeFileFS(fs vfs.FS, path string, b []byte) (renamed bool, err error) {
 	}
 	if err != nil {
 		fs.Remove(tmp)
-		return false, fmt.Errorf("node: write %s: %w", path, err)
+		return false, fmt.Errorf("replica: write %s: %w", path, err)
 	}
 	if err := fs.SyncDir(dir); err != nil {
-		return true, fmt.Errorf("node: write %s: %w", path, err)
+		return true, fmt.Errorf("replica: write %s: %w", path, err)
 	}
 	return true, nil
 }
 
-// entryWriter stores entries of increasing index in a store, in batches,
+// EntryWriter stores entries of increasing index in a store, in batches,
 // with no-ops of its term for the indexes between them: what a snapshot
 // install and a restore write into an archive group. It belongs to one
 // goroutine.
-type entryWriter struct {
+type EntryWriter struct {
 	st    *raftstore.Store
 	term  uint64 // of the no-ops
 	next  uint64 // the index the next entry or no-op takes
@@ -482,28 +482,30 @@ type entryWriter struct {
 	size  int // data bytes in batch
 }
 
-func newEntryWriter(st *raftstore.Store, from, term uint64) *entryWriter {
-	return &entryWriter{st: st, next: from, term: term}
+// NewEntryWriter returns a writer of entries into st from index from,
+// filling gaps with no-ops of term.
+func NewEntryWriter(st *raftstore.Store, from, term uint64) *EntryWriter {
+	return &EntryWriter{st: st, next: from, term: term}
 }
 
-// write stores l, after no-ops for the indexes before it; l.Index is at
+// Write stores l, after no-ops for the indexes before it; l.Index is at
 // least the next index.
-func (w *entryWriter) write(l *raft.Log) error {
+func (w *EntryWriter) Write(l *raft.Log) error {
 	if err := w.noopsTo(l.Index); err != nil {
 		return err
 	}
 	return w.add(l)
 }
 
-// finish writes no-ops up to last and stores what is batched.
-func (w *entryWriter) finish(last uint64) error {
+// Finish writes no-ops up to last and stores what is batched.
+func (w *EntryWriter) Finish(last uint64) error {
 	if err := w.noopsTo(last + 1); err != nil {
 		return err
 	}
 	return w.flush()
 }
 
-func (w *entryWriter) add(l *raft.Log) error {
+func (w *EntryWriter) add(l *raft.Log) error {
 	w.batch = append(w.batch, l)
 	w.size += len(l.Data)
 	w.next = l.Index + 1
@@ -514,7 +516,7 @@ func (w *entryWriter) add(l *raft.Log) error {
 }
 
 // noopsTo writes no-ops for [next, end).
-func (w *entryWriter) noopsTo(end uint64) error {
+func (w *EntryWriter) noopsTo(end uint64) error {
 	for w.next < end {
 		if err := w.add(&raft.Log{Index: w.next, Term: w.term, Type: raft.LogNoop}); err != nil {
 			return err
@@ -523,7 +525,7 @@ func (w *entryWriter) noopsTo(end uint64) error {
 	return nil
 }
 
-func (w *entryWriter) flush() error {
+func (w *EntryWriter) flush() error {
 	if len(w.batch) == 0 {
 		return nil
 	}

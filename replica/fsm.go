@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"container/list"
@@ -36,9 +36,9 @@ import (
 const (
 	// markEvery is how many command entries lie between ledger marks.
 	markEvery = 1024
-	// maxSessions bounds the client sessions kept; the least recently used
+	// MaxSessions bounds the client sessions kept; the least recently used
 	// is forgotten first.
-	maxSessions = 8192
+	MaxSessions = 8192
 	// sessionWindow is how many recent Appends a session remembers. A
 	// client must keep fewer Appends than this in flight.
 	sessionWindow = 1024
@@ -48,8 +48,8 @@ const (
 	sessionMaxIndexes = 1 << 18
 )
 
-// mark records that the command entries below index add up to cum bytes.
-type mark struct{ index, cum uint64 }
+// Mark records that the command entries below index add up to cum bytes.
+type Mark struct{ Index, Cum uint64 }
 
 // session is one client's duplicate-suppression state.
 type session struct {
@@ -67,30 +67,30 @@ type request struct {
 	indexes []uint64 // raft indexes of the records stored so far, in order
 }
 
-// appendResult is the FSM's answer to one record entry.
-type appendResult struct {
-	void bool // the entry repeats or runs ahead of its Append; not a record
-	dup  bool // the entry repeats a record already stored
-	// indexes is set when, after this entry, the Append is complete.
-	indexes []uint64
-	err     error
+// AppendResult is the FSM's answer to one record entry.
+type AppendResult struct {
+	Void bool // the entry repeats or runs ahead of its Append; not a record
+	Dup  bool // the entry repeats a record already stored
+	// Indexes is set when, after this entry, the Append is complete.
+	Indexes []uint64
+	Err     error
 }
 
-// fsm is the node's raft.BatchingFSM.
-type fsm struct {
-	view   *logView
+// FSM is the node's raft.BatchingFSM.
+type FSM struct {
+	view   *LogView
 	logger hclog.Logger
 
-	// onTrim is called, from the FSM goroutine, when a trim raised the
+	// OnTrim is called, from the FSM goroutine, when a trim raised the
 	// floor. It must not block.
-	onTrim func(floor uint64)
+	OnTrim func(floor uint64)
 
 	mu       sync.RWMutex // guards the state below
 	floor    uint64
 	floorCum uint64
 	total    uint64
 	cmds     uint64
-	marks    []mark
+	marks    []Mark
 	voids    []uint64 // increasing; replaced, never shrunk in place
 	sessions map[string]*session
 	lru      list.List
@@ -101,31 +101,39 @@ type fsm struct {
 	evictOrder []evictedRef
 	evictNext  uint64 // the pos of the next eviction
 
-	applied atomic.Uint64 // highest index applied
+	// control is the log's control state machine (control.go); nil for a
+	// log that carries none, whose snapshot's control state, if any, is
+	// kept as controlBlob. Set before raft starts; guarded by mu.
+	control     Control
+	controlBlob []byte
+
+	Applied atomic.Uint64 // highest index applied
 	wakeMu  sync.Mutex
 	wake    chan struct{} // closed and replaced when applied advances
 }
 
-func newFSM(view *logView, logger hclog.Logger) *fsm {
-	f := &fsm{view: view, logger: logger, wake: make(chan struct{})}
+// NewFSM returns an empty state machine over view.
+func NewFSM(view *LogView, logger hclog.Logger) *FSM {
+	f := &FSM{view: view, logger: logger, wake: make(chan struct{})}
 	f.reset()
 	return f
 }
 
-func (f *fsm) reset() {
+func (f *FSM) reset() {
 	f.floor, f.floorCum, f.total, f.cmds = 1, 0, 0, 0
 	f.marks, f.voids = nil, nil
 	f.sessions = map[string]*session{}
 	f.lru.Init()
 	f.evicted, f.evictOrder, f.evictNext = map[uint64]evictedSession{}, nil, 0
 	f.members = map[string]string{}
+	f.controlBlob = nil
 }
 
 // Apply implements raft.FSM.
-func (f *fsm) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
+func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
 // ApplyBatch implements raft.BatchingFSM.
-func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
+func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
 	var trimmed uint64
 	f.mu.Lock()
@@ -134,23 +142,23 @@ func (f *fsm) ApplyBatch(logs []*raft.Log) []any {
 			continue
 		}
 		if f.cmds%markEvery == 0 {
-			f.marks = append(f.marks, mark{l.Index, f.total})
+			f.marks = append(f.marks, Mark{l.Index, f.total})
 		}
 		f.cmds++
-		f.total += streamRecordSize(len(l.Data))
+		f.total += StreamRecordSize(len(l.Data))
 		out[i] = f.applyCommand(l, &trimmed)
 	}
 	f.mu.Unlock()
 	if n := len(logs); n > 0 {
 		f.advance(logs[n-1].Index)
 	}
-	if trimmed != 0 && f.onTrim != nil {
-		f.onTrim(trimmed)
+	if trimmed != 0 && f.OnTrim != nil {
+		f.OnTrim(trimmed)
 	}
 	return out
 }
 
-func (f *fsm) applyCommand(l *raft.Log, trimmed *uint64) any {
+func (f *FSM) applyCommand(l *raft.Log, trimmed *uint64) any {
 	if len(l.Data) == 0 {
 		return fmt.Errorf("%w: empty entry at index %d", errBadCommand, l.Index)
 	}
@@ -159,7 +167,7 @@ func (f *fsm) applyCommand(l *raft.Log, trimmed *uint64) any {
 		c, err := decodeRecordCmd(l.Data)
 		if err != nil {
 			f.voids = append(f.voids, l.Index)
-			return appendResult{void: true, err: fmt.Errorf("index %d: %w", l.Index, err)}
+			return AppendResult{Void: true, Err: fmt.Errorf("index %d: %w", l.Index, err)}
 		}
 		return f.applyRecord(l.Index, c)
 	case kindTrim:
@@ -171,6 +179,8 @@ func (f *fsm) applyCommand(l *raft.Log, trimmed *uint64) any {
 			*trimmed = f.floor
 		}
 		return f.floor
+	case kindControl:
+		return f.applyControl(l.Index, l.Data)
 	case kindMember:
 		id, addr, err := decodeMemberCmd(l.Data)
 		if err != nil {
@@ -187,9 +197,9 @@ func (f *fsm) applyCommand(l *raft.Log, trimmed *uint64) any {
 }
 
 // applyRecord decides whether the record entry at index is stored.
-func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
+func (f *FSM) applyRecord(index uint64, c recordCmd) AppendResult {
 	if c.client == "" {
-		return appendResult{indexes: []uint64{index}}
+		return AppendResult{Indexes: []uint64{index}}
 	}
 	s := f.sessions[c.client]
 	switch {
@@ -197,24 +207,24 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 		f.lru.MoveToFront(s.elem)
 	case c.i != 0:
 		f.voids = append(f.voids, index) // an earlier part is missing
-		return appendResult{void: true}
+		return AppendResult{Void: true}
 	default:
 		var err error
 		if s, err = f.openSession(c); err != nil {
 			f.voids = append(f.voids, index)
-			return appendResult{void: true, err: err}
+			return AppendResult{Void: true, Err: err}
 		}
 	}
 	r := s.reqs[c.seq]
 	if r == nil {
 		if c.seq < s.floor {
 			f.voids = append(f.voids, index)
-			return appendResult{void: true, err: sessionErr(c.client, c.seq,
+			return AppendResult{Void: true, Err: sessionErr(c.client, c.seq,
 				fmt.Sprintf("it is older than the session's window (the %d most recent appends of a client)", sessionWindow))}
 		}
 		if c.i != 0 {
 			f.voids = append(f.voids, index) // an earlier part is missing
-			return appendResult{void: true}
+			return AppendResult{Void: true}
 		}
 		if c.after != 0 && c.after >= max(s.floor, c.base) && !s.complete(c.after) {
 			// Stored now, it would come before an Append the client sent
@@ -222,7 +232,7 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 			// completed. (Below the floor or the client's session base,
 			// the client has finished with it.)
 			f.voids = append(f.voids, index)
-			return appendResult{void: true, err: outOfOrderErr(c.client, c.seq, c.after)}
+			return AppendResult{Void: true, Err: outOfOrderErr(c.client, c.seq, c.after)}
 		}
 		r = &request{n: c.n}
 		s.reqs[c.seq] = r
@@ -232,20 +242,20 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 	switch {
 	case c.n != r.n || c.i > uint64(len(r.indexes)):
 		f.voids = append(f.voids, index)
-		return appendResult{void: true}
+		return AppendResult{Void: true}
 	case c.i < uint64(len(r.indexes)):
 		f.voids = append(f.voids, index)
-		res := appendResult{void: true, dup: true}
+		res := AppendResult{Void: true, Dup: true}
 		if uint64(len(r.indexes)) == r.n {
-			res.indexes = slices.Clone(r.indexes)
+			res.Indexes = slices.Clone(r.indexes)
 		}
 		return res
 	}
 	r.indexes = append(r.indexes, index)
 	s.indexes++
-	res := appendResult{}
+	res := AppendResult{}
 	if uint64(len(r.indexes)) == r.n {
-		res.indexes = slices.Clone(r.indexes)
+		res.Indexes = slices.Clone(r.indexes)
 	}
 	// Forget the lowest sequence numbers beyond the window. A client keeps
 	// its appends in flight within a window of sessionWindow numbers, so
@@ -263,9 +273,9 @@ func (f *fsm) applyRecord(index uint64, c recordCmd) appendResult {
 	return res
 }
 
-// lookup returns the indexes of a complete Append, if the session
+// Lookup returns the indexes of a complete Append, if the session
 // remembers one.
-func (f *fsm) lookup(client string, seq uint64) ([]uint64, bool) {
+func (f *FSM) Lookup(client string, seq uint64) ([]uint64, bool) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	s := f.sessions[client]
@@ -281,23 +291,23 @@ func (f *fsm) lookup(client string, seq uint64) ([]uint64, bool) {
 
 // trim raises the floor to below, updating the ledger; false when below
 // does not raise it. Called with f.mu held.
-func (f *fsm) trim(below uint64) bool {
+func (f *FSM) trim(below uint64) bool {
 	if below <= f.floor {
 		return false
 	}
-	base := mark{f.floor, f.floorCum}
+	base := Mark{f.floor, f.floorCum}
 	for _, m := range f.marks {
-		if m.index > below {
+		if m.Index > below {
 			break
 		}
-		if m.index >= base.index {
+		if m.Index >= base.Index {
 			base = m
 		}
 	}
-	cum := base.cum
+	cum := base.Cum
 	var l raft.Log
-	for idx := base.index; idx < below; idx++ {
-		if err := f.view.getLog(idx, &l); err != nil {
+	for idx := base.Index; idx < below; idx++ {
+		if err := f.view.GetLog(idx, &l); err != nil {
 			// A log with a hole below the floor: not one this node's
 			// snapshot installs leave (snapinstall.go). Its next install
 			// replaces the ledger.
@@ -305,11 +315,11 @@ func (f *fsm) trim(below uint64) bool {
 			continue
 		}
 		if l.Type == raft.LogCommand {
-			cum += streamRecordSize(len(l.Data))
+			cum += StreamRecordSize(len(l.Data))
 		}
 	}
 	f.floor, f.floorCum = below, cum
-	i := sort.Search(len(f.marks), func(i int) bool { return f.marks[i].index >= below })
+	i := sort.Search(len(f.marks), func(i int) bool { return f.marks[i].Index >= below })
 	f.marks = slices.Clone(f.marks[i:])
 	j := sort.Search(len(f.voids), func(i int) bool { return f.voids[i] >= below })
 	f.voids = slices.Clone(f.voids[j:])
@@ -317,13 +327,13 @@ func (f *fsm) trim(below uint64) bool {
 }
 
 // advance records that every entry up to index has been applied.
-func (f *fsm) advance(index uint64) {
+func (f *FSM) advance(index uint64) {
 	for {
-		cur := f.applied.Load()
+		cur := f.Applied.Load()
 		if index <= cur {
 			return
 		}
-		if f.applied.CompareAndSwap(cur, index) {
+		if f.Applied.CompareAndSwap(cur, index) {
 			break
 		}
 	}
@@ -333,41 +343,44 @@ func (f *fsm) advance(index uint64) {
 	f.wakeMu.Unlock()
 }
 
-// appliedCh returns the applied index and a channel closed when it next
+// AppliedCh returns the applied index and a channel closed when it next
 // advances.
-func (f *fsm) appliedCh() (uint64, <-chan struct{}) {
+func (f *FSM) AppliedCh() (uint64, <-chan struct{}) {
 	f.wakeMu.Lock()
 	defer f.wakeMu.Unlock()
-	return f.applied.Load(), f.wake
+	return f.Applied.Load(), f.wake
 }
 
-// readView is what a reader needs of the state: the floor and the void
+// ReadView is what a reader needs of the state: the floor and the void
 // indexes, consistent with each other.
-type readView struct {
-	floor uint64
+type ReadView struct {
+	Floor uint64
 	voids []uint64
 }
 
-func (v readView) void(index uint64) bool {
+// Void reports whether index holds a void entry: not a record.
+func (v ReadView) Void(index uint64) bool {
 	_, ok := slices.BinarySearch(v.voids, index)
 	return ok
 }
 
-func (f *fsm) readView() readView {
+// ReadView returns the first retained index and the void indexes, as of
+// now, for a reader.
+func (f *FSM) ReadView() ReadView {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
-	return readView{floor: f.floor, voids: f.voids}
+	return ReadView{Floor: f.floor, voids: f.voids}
 }
 
-// member returns the client address of node id.
-func (f *fsm) member(id string) string {
+// Member returns the client address of node id.
+func (f *FSM) Member(id string) string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return f.members[id]
 }
 
-// memberAddrs returns a copy of the member table.
-func (f *fsm) memberAddrs() map[string]string {
+// MemberAddrs returns a copy of the member table.
+func (f *FSM) MemberAddrs() map[string]string {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	m := make(map[string]string, len(f.members))
@@ -377,28 +390,28 @@ func (f *fsm) memberAddrs() map[string]string {
 	return m
 }
 
-// retentionByBytes returns the trim index that keeps at most maxBytes of
+// RetentionByBytes returns the trim index that keeps at most maxBytes of
 // commands (0 when nothing needs trimming), on a mark, so that at most
 // markEvery commands more than the limit stay.
-func (f *fsm) retentionByBytes(maxBytes uint64) uint64 {
+func (f *FSM) RetentionByBytes(maxBytes uint64) uint64 {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	if maxBytes == 0 || f.total-f.floorCum <= maxBytes {
 		return 0
 	}
 	// The first mark after which at most maxBytes remain.
-	i := sort.Search(len(f.marks), func(i int) bool { return f.total-f.marks[i].cum <= maxBytes })
+	i := sort.Search(len(f.marks), func(i int) bool { return f.total-f.marks[i].Cum <= maxBytes })
 	if i == 0 || i == len(f.marks) {
 		if i == len(f.marks) && len(f.marks) > 0 {
-			return f.marks[len(f.marks)-1].index
+			return f.marks[len(f.marks)-1].Index
 		}
 		return 0
 	}
-	return f.marks[i].index
+	return f.marks[i].Index
 }
 
-// marksCopy returns the ledger marks above the floor.
-func (f *fsm) marksCopy() []mark {
+// MarksCopy returns the ledger marks above the floor.
+func (f *FSM) MarksCopy() []Mark {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return slices.Clone(f.marks)
@@ -406,7 +419,7 @@ func (f *fsm) marksCopy() []mark {
 
 // Snapshot implements raft.FSM. The snapshot holds the state only; the
 // snapshot store streams the retained log after it when raft sends one.
-func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
+func (f *FSM) Snapshot() (raft.FSMSnapshot, error) {
 	f.mu.RLock()
 	defer f.mu.RUnlock()
 	return &fsmSnapshot{state: f.encodeLocked()}, nil
@@ -414,7 +427,7 @@ func (f *fsm) Snapshot() (raft.FSMSnapshot, error) {
 
 // Restore implements raft.FSM: it reads the state and leaves the records
 // of the stream unread (they are in the log already).
-func (f *fsm) Restore(rc io.ReadCloser) error {
+func (f *FSM) Restore(rc io.ReadCloser) error {
 	defer rc.Close()
 	hdr, err := readStreamHeader(rc)
 	if err != nil {

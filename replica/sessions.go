@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"errors"
@@ -63,24 +63,24 @@ func sessionHash(client string) uint64 {
 	return h.Sum64()
 }
 
-// errSessionExpired answers an Append whose session cannot tell whether it
+// ErrSessionExpired answers an Append whose session cannot tell whether it
 // was stored before. Wrapped errors say why; the Append was not stored.
-var errSessionExpired = errors.New("session expired")
+var ErrSessionExpired = errors.New("session expired")
 
 // sessionErr is an errSessionExpired with the reason and what to do.
 func sessionErr(client string, seq uint64, why string) error {
 	return fmt.Errorf("%w: client %s, sequence number %d: %s; this attempt was not stored, and whether an earlier attempt "+
-		"of it was is unknown: read the log to find out, and append under a new client id (a new Client)", errSessionExpired, client, seq, why)
+		"of it was is unknown: read the log to find out, and append under a new client id (a new Client)", ErrSessionExpired, client, seq, why)
 }
 
-// errOutOfOrder voids an Append that must follow one not stored yet
+// ErrOutOfOrder voids an Append that must follow one not stored yet
 // (transport.AppendRequest.After).
-var errOutOfOrder = errors.New("out of order")
+var ErrOutOfOrder = errors.New("out of order")
 
 // outOfOrderErr is an errOutOfOrder naming the two Appends.
 func outOfOrderErr(client string, seq, after uint64) error {
 	return fmt.Errorf("%w: client %s, sequence number %d must follow %d, which is not stored yet; nothing was stored, retry once %d completed",
-		errOutOfOrder, client, seq, after, after)
+		ErrOutOfOrder, client, seq, after, after)
 }
 
 // complete reports whether the session remembers the Append seq as
@@ -92,7 +92,7 @@ func (s *session) complete(seq uint64) bool {
 
 // evict forgets the least recently used session, remembering it among the
 // evicted ones. Called with f.mu held.
-func (f *fsm) evict() {
+func (f *FSM) evict() {
 	old := f.lru.Back().Value.(*session)
 	f.lru.Remove(old.elem)
 	delete(f.sessions, old.id)
@@ -105,7 +105,7 @@ func (f *fsm) evict() {
 
 // rememberEvicted adds an evicted session, forgetting the oldest beyond
 // maxEvicted. Called with f.mu held.
-func (f *fsm) rememberEvicted(hash, maxSeq uint64) {
+func (f *FSM) rememberEvicted(hash, maxSeq uint64) {
 	pos := f.evictNext
 	f.evictNext++
 	f.evicted[hash] = evictedSession{maxSeq: maxSeq, pos: pos}
@@ -125,7 +125,7 @@ func (f *fsm) rememberEvicted(hash, maxSeq uint64) {
 
 // liveEvicted returns the entries of evictOrder that are not stale, oldest
 // first. Called with f.mu held.
-func (f *fsm) liveEvicted() []evictedRef {
+func (f *FSM) liveEvicted() []evictedRef {
 	live := make([]evictedRef, 0, len(f.evicted))
 	for _, ref := range f.evictOrder {
 		if e, ok := f.evicted[ref.hash]; ok && e.pos == ref.pos {
@@ -139,18 +139,18 @@ func (f *fsm) liveEvicted() []evictedRef {
 // a client the state machine holds no session of, or an error when it
 // cannot vouch that the Append was not stored before. Called with f.mu
 // held.
-func (f *fsm) openSession(c recordCmd) (*session, error) {
+func (f *FSM) openSession(c recordCmd) (*session, error) {
 	hash := sessionHash(c.client)
 	floor := uint64(0)
 	if e, ok := f.evicted[hash]; ok {
 		switch {
 		case c.base == 0:
 			return nil, sessionErr(c.client, c.seq, fmt.Sprintf(
-				"its session was evicted (a cluster keeps %d client sessions) and the client does not say which appends it has finished with (an older client)", maxSessions))
+				"its session was evicted (a cluster keeps %d client sessions) and the client does not say which appends it has finished with (an older client)", MaxSessions))
 		case c.base <= e.maxSeq:
 			return nil, sessionErr(c.client, c.seq, fmt.Sprintf(
 				"its session was evicted (a cluster keeps %d client sessions) while sequence numbers up to %d, which it had stored, may still be retried",
-				maxSessions, e.maxSeq))
+				MaxSessions, e.maxSeq))
 		}
 		delete(f.evicted, hash)
 		floor = c.base
@@ -158,7 +158,7 @@ func (f *fsm) openSession(c recordCmd) (*session, error) {
 	s := &session{id: c.client, floor: floor, reqs: map[uint64]*request{}}
 	s.elem = f.lru.PushFront(s)
 	f.sessions[c.client] = s
-	for len(f.sessions) > maxSessions {
+	for len(f.sessions) > MaxSessions {
 		f.evict()
 	}
 	return s, nil

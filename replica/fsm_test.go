@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bytes"
@@ -18,8 +18,8 @@ import (
 type fsmHarness struct {
 	t    *testing.T
 	db   *raftstore.DB
-	view *logView
-	f    *fsm
+	view *LogView
+	f    *FSM
 	next uint64
 }
 
@@ -31,10 +31,10 @@ func newHarness(t *testing.T) *fsmHarness {
 	}
 	t.Cleanup(func() { db.Close() })
 	h := &fsmHarness{t: t, db: db, next: 1}
-	if h.view, err = newLogView(db); err != nil {
+	if h.view, err = NewLogView(db, GroupsOf(0)); err != nil {
 		t.Fatal(err)
 	}
-	h.f = newFSM(h.view, discardLogger())
+	h.f = NewFSM(h.view, discardLogger())
 	return h
 }
 
@@ -43,51 +43,51 @@ func (h *fsmHarness) apply(typ raft.LogType, data []byte) any {
 	h.t.Helper()
 	l := &raft.Log{Index: h.next, Term: 1, Type: typ, Data: data, AppendedAt: time.Unix(0, int64(h.next))}
 	h.next++
-	if err := h.view.live.StoreLogs([]*raft.Log{l}); err != nil {
+	if err := h.view.Live.StoreLogs([]*raft.Log{l}); err != nil {
 		h.t.Fatal(err)
 	}
 	return h.f.ApplyBatch([]*raft.Log{l})[0]
 }
 
-func (h *fsmHarness) record(client string, seq, i, n uint64, payload string) appendResult {
+func (h *fsmHarness) record(client string, seq, i, n uint64, payload string) AppendResult {
 	h.t.Helper()
-	return h.apply(raft.LogCommand, appendRecordCmd(nil, client, seq, i, n, 0, 0, []byte(payload))).(appendResult)
+	return h.apply(raft.LogCommand, AppendRecordCmd(nil, client, seq, i, n, 0, 0, []byte(payload))).(AppendResult)
 }
 
 func TestFSMDeduplicates(t *testing.T) {
 	h := newHarness(t)
 	h.apply(raft.LogNoop, nil)       // 1
 	r := h.record("c", 1, 0, 2, "a") // 2
-	if r.void || r.indexes != nil {
+	if r.Void || r.Indexes != nil {
 		t.Fatalf("first part: %+v", r)
 	}
-	if r := h.record("c", 1, 0, 2, "a"); !r.void || !r.dup || r.indexes != nil { // 3: a retry's first part
+	if r := h.record("c", 1, 0, 2, "a"); !r.Void || !r.Dup || r.Indexes != nil { // 3: a retry's first part
 		t.Fatalf("repeated first part: %+v", r)
 	}
-	if r := h.record("c", 1, 1, 2, "b"); r.void || !slices.Equal(r.indexes, []uint64{2, 4}) { // 4
+	if r := h.record("c", 1, 1, 2, "b"); r.Void || !slices.Equal(r.Indexes, []uint64{2, 4}) { // 4
 		t.Fatalf("second part: %+v", r)
 	}
-	if r := h.record("c", 1, 1, 2, "b"); !r.void || !r.dup || !slices.Equal(r.indexes, []uint64{2, 4}) { // 5
+	if r := h.record("c", 1, 1, 2, "b"); !r.Void || !r.Dup || !slices.Equal(r.Indexes, []uint64{2, 4}) { // 5
 		t.Fatalf("repeated second part: %+v", r)
 	}
-	if r := h.record("c", 3, 1, 2, "z"); !r.void || r.dup { // 6: runs ahead of its first part
+	if r := h.record("c", 3, 1, 2, "z"); !r.Void || r.Dup { // 6: runs ahead of its first part
 		t.Fatalf("part without its first: %+v", r)
 	}
-	if r := h.record("c", 2, 0, 1, "x"); r.void || !slices.Equal(r.indexes, []uint64{7}) { // 7: out of order is fine
+	if r := h.record("c", 2, 0, 1, "x"); r.Void || !slices.Equal(r.Indexes, []uint64{7}) { // 7: out of order is fine
 		t.Fatalf("seq 2: %+v", r)
 	}
-	if r := h.record("", 0, 0, 0, "anon"); !slices.Equal(r.indexes, []uint64{8}) { // 8
+	if r := h.record("", 0, 0, 0, "anon"); !slices.Equal(r.Indexes, []uint64{8}) { // 8
 		t.Fatalf("anonymous: %+v", r)
 	}
-	if got, ok := h.f.lookup("c", 1); !ok || !slices.Equal(got, []uint64{2, 4}) {
+	if got, ok := h.f.Lookup("c", 1); !ok || !slices.Equal(got, []uint64{2, 4}) {
 		t.Fatalf("lookup: %v %v", got, ok)
 	}
-	if _, ok := h.f.lookup("c", 3); ok {
+	if _, ok := h.f.Lookup("c", 3); ok {
 		t.Fatal("incomplete request looked up as complete")
 	}
-	rv := h.f.readView()
+	rv := h.f.ReadView()
 	for idx, want := range map[uint64]bool{2: false, 3: true, 4: false, 5: true, 6: true, 7: false, 8: false} {
-		if rv.void(idx) != want {
+		if rv.Void(idx) != want {
 			t.Errorf("void(%d) = %v, want %v", idx, !want, want)
 		}
 	}
@@ -98,20 +98,20 @@ func TestFSMSessionWindow(t *testing.T) {
 	for seq := uint64(1); seq <= sessionWindow+10; seq++ {
 		h.record("c", seq, 0, 1, "x")
 	}
-	if _, ok := h.f.lookup("c", 5); ok {
+	if _, ok := h.f.Lookup("c", 5); ok {
 		t.Fatal("sequence 5 still remembered past the window")
 	}
-	if _, ok := h.f.lookup("c", sessionWindow+10); !ok {
+	if _, ok := h.f.Lookup("c", sessionWindow+10); !ok {
 		t.Fatal("latest sequence forgotten")
 	}
-	if r := h.record("c", 5, 0, 1, "x"); !r.void || !errors.Is(r.err, errSessionExpired) {
+	if r := h.record("c", 5, 0, 1, "x"); !r.Void || !errors.Is(r.Err, ErrSessionExpired) {
 		t.Fatalf("retry below the window: %+v", r)
 	}
-	for i := range maxSessions + 5 {
+	for i := range MaxSessions + 5 {
 		h.record(string(rune('A'+i%26))+string(rune(i)), 1, 0, 1, "y")
 	}
-	if len(h.f.sessions) != maxSessions {
-		t.Fatalf("%d sessions, want %d", len(h.f.sessions), maxSessions)
+	if len(h.f.sessions) != MaxSessions {
+		t.Fatalf("%d sessions, want %d", len(h.f.sessions), MaxSessions)
 	}
 }
 
@@ -129,15 +129,15 @@ func TestFSMStateAndStreamSize(t *testing.T) {
 			h.record("", 0, 0, 0, string(bytes.Repeat([]byte{'y'}, i%31)))
 		}
 	}
-	h.apply(raft.LogCommand, encodeMemberCmd("n1", "127.0.0.1:1"))
+	h.apply(raft.LogCommand, EncodeMemberCmd("n1", "127.0.0.1:1"))
 	for _, below := range []uint64{2, 1500, 2049, 2500} {
-		h.apply(raft.LogCommand, encodeTrimCmd(below))
-		if h.f.readView().floor != below {
-			t.Fatalf("floor %d after trim below %d", h.f.readView().floor, below)
+		h.apply(raft.LogCommand, EncodeTrimCmd(below))
+		if h.f.ReadView().Floor != below {
+			t.Fatalf("floor %d after trim below %d", h.f.ReadView().Floor, below)
 		}
 		snap, _ := h.f.Snapshot()
 		state := snap.(*fsmSnapshot).state
-		g := newFSM(h.view, discardLogger())
+		g := NewFSM(h.view, discardLogger())
 		if err := g.Restore(io.NopCloser(bytes.NewReader(appendStreamHeader(nil, state)))); err != nil {
 			t.Fatal(err)
 		}
@@ -160,10 +160,10 @@ func TestFSMStateAndStreamSize(t *testing.T) {
 			t.Fatalf("stream of %d bytes, ledger says %d", n, want+streamEndSize)
 		}
 	}
-	if got := h.f.member("n1"); got != "127.0.0.1:1" {
+	if got := h.f.Member("n1"); got != "127.0.0.1:1" {
 		t.Fatalf("member n1 = %q", got)
 	}
-	bad := []byte{stateVersion, 0x80} // a truncated varint
+	bad := []byte{StateVersion, 0x80} // a truncated varint
 	if err := h.f.Restore(io.NopCloser(bytes.NewReader(appendStreamHeader(nil, bad)))); err == nil {
 		t.Fatal("restore of a corrupt state succeeded")
 	}
@@ -173,14 +173,14 @@ func TestCommandDecodeRejectsGarbage(t *testing.T) {
 	for _, data := range [][]byte{
 		{kindRecord},
 		{kindRecord, 5, 'a'},
-		appendRecordCmd(nil, "c", 0, 0, 1, 0, 0, nil)[:5],
-		appendRecordCmd(nil, "c", 1, 2, 2, 0, 0, []byte("x")), // part 2 of 2
+		AppendRecordCmd(nil, "c", 0, 0, 1, 0, 0, nil)[:5],
+		AppendRecordCmd(nil, "c", 1, 2, 2, 0, 0, []byte("x")), // part 2 of 2
 	} {
 		if _, err := decodeRecordCmd(data); err == nil {
 			t.Errorf("%x decoded", data)
 		}
 	}
-	c, err := decodeRecordCmd(appendRecordCmd(nil, "cli", 7, 1, 3, 0, 0, []byte("payload")))
+	c, err := decodeRecordCmd(AppendRecordCmd(nil, "cli", 7, 1, 3, 0, 0, []byte("payload")))
 	if err != nil || c.client != "cli" || c.seq != 7 || c.i != 1 || c.n != 3 || string(c.payload) != "payload" {
 		t.Fatalf("%+v %v", c, err)
 	}
@@ -190,7 +190,7 @@ func FuzzDecodeState(f *testing.F) {
 	f.Add([]byte{1, 1, 0, 0, 0, 0, 0, 0, 0})
 	f.Add([]byte{2, 1, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		g := newFSM(nil, discardLogger())
+		g := NewFSM(nil, discardLogger())
 		g.mu.Lock()
 		defer g.mu.Unlock()
 		if g.decodeLocked(b) == nil {

@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"bytes"
@@ -164,9 +164,9 @@ func (m *dyingMapping) Sync(off, n int) error {
 // snapshot store and a state machine, opened as Node.start opens them.
 type storage struct {
 	db   *raftstore.DB
-	view *logView
-	snap *snapStore
-	fsm  *fsm
+	view *LogView
+	snap *SnapStore
+	fsm  *FSM
 }
 
 const storageDir = "/data"
@@ -184,20 +184,20 @@ func openStorage(fs vfs.FS, flush raftstore.FlushMode) (*storage, error) {
 		return nil, err
 	}
 	st := &storage{db: db}
-	if st.view, err = newLogView(db); err == nil {
-		st.snap, err = openSnapStore(fs, storageDir+"/snapshots", st.view, db, discardLogger())
+	if st.view, err = NewLogView(db, GroupsOf(0)); err == nil {
+		st.snap, err = OpenSnapStore(fs, storageDir+"/snapshots", st.view, db, discardLogger())
 	}
 	if err != nil {
 		db.Close()
 		return nil, err
 	}
-	st.fsm = newFSM(st.view, discardLogger())
+	st.fsm = NewFSM(st.view, discardLogger())
 	return st, nil
 }
 
 // apply stores entries in live and applies them, as raft does.
 func (st *storage) apply(logs []*raft.Log) error {
-	if err := st.view.live.StoreLogs(logs); err != nil {
+	if err := st.view.Live.StoreLogs(logs); err != nil {
 		return err
 	}
 	st.fsm.ApplyBatch(logs)
@@ -278,11 +278,11 @@ func installLog(from, to uint64) []*raft.Log {
 		case i%37 == 0:
 			l.Type = raft.LogNoop
 		case i%50 == 0:
-			l.Data = encodeMemberCmd(fmt.Sprintf("n%d", i), "127.0.0.1:1")
+			l.Data = EncodeMemberCmd(fmt.Sprintf("n%d", i), "127.0.0.1:1")
 		case i%3 == 0:
-			l.Data = appendRecordCmd(nil, "c", i, 0, 1, 0, 0, []byte(fmt.Sprintf("rec-%d", i)))
+			l.Data = AppendRecordCmd(nil, "c", i, 0, 1, 0, 0, []byte(fmt.Sprintf("rec-%d", i)))
 		default:
-			l.Data = appendRecordCmd(nil, "", 0, 0, 0, 0, 0, bytes.Repeat([]byte{byte(i)}, int(i%200)))
+			l.Data = AppendRecordCmd(nil, "", 0, 0, 0, 0, 0, bytes.Repeat([]byte{byte(i)}, int(i%200)))
 		}
 		logs = append(logs, l)
 	}
@@ -290,7 +290,7 @@ func installLog(from, to uint64) []*raft.Log {
 }
 
 func trimEntry(index, term, below uint64) []*raft.Log {
-	return []*raft.Log{{Index: index, Term: term, Type: raft.LogCommand, Data: encodeTrimCmd(below), AppendedAt: time.Unix(0, int64(index))}}
+	return []*raft.Log{{Index: index, Term: term, Type: raft.LogCommand, Data: EncodeTrimCmd(below), AppendedAt: time.Unix(0, int64(index))}}
 }
 
 // installScene is the crash test's cluster: a leader whose log and
@@ -380,9 +380,9 @@ func (sc *installScene) node(fs vfs.FS) *storage {
 	var stale []*raft.Log
 	for i := uint64(sceneOld + 1); i <= sceneStale; i++ {
 		stale = append(stale, &raft.Log{Index: i, Term: 1, Type: raft.LogCommand,
-			Data: appendRecordCmd(nil, "", 0, 0, 0, 0, 0, []byte(fmt.Sprintf("stale-%d", i)))})
+			Data: AppendRecordCmd(nil, "", 0, 0, 0, 0, 0, []byte(fmt.Sprintf("stale-%d", i)))})
 	}
-	if err := st.view.live.StoreLogs(stale); err != nil {
+	if err := st.view.Live.StoreLogs(stale); err != nil {
 		t.Fatal(err)
 	}
 	return st
@@ -416,11 +416,11 @@ func (sc *installScene) check(st *storage) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	f := newFSM(st.view, discardLogger())
+	f := NewFSM(st.view, discardLogger())
 	if err := f.Restore(rc); err != nil {
 		return 0, err
 	}
-	if got := f.readView().floor; got != floor {
+	if got := f.ReadView().Floor; got != floor {
 		return 0, fmt.Errorf("snapshot at %d restores floor %d, want %d", meta.Index, got, floor)
 	}
 	if err := sc.checkReads(st.view, floor, meta.Index); err != nil {
@@ -429,7 +429,7 @@ func (sc *installScene) check(st *storage) (uint64, error) {
 	var ledger uint64
 	for i := floor; i <= meta.Index; i++ {
 		if w := sc.want[i]; w.Type == raft.LogCommand {
-			ledger += streamRecordSize(len(w.Data))
+			ledger += StreamRecordSize(len(w.Data))
 		}
 	}
 	f.mu.RLock()
@@ -443,17 +443,17 @@ func (sc *installScene) check(st *storage) (uint64, error) {
 	wantFirst, wantLast := uint64(120), uint64(sceneS1)
 	if meta.Index == sceneS2 {
 		wantFirst, wantLast = floor, sceneS2
-		if first, _ := bounds(st.view.live); first <= sceneS2 {
+		if first, _ := Bounds(st.view.Live); first <= sceneS2 {
 			return 0, fmt.Errorf("live still holds %d, below the received snapshot", first)
 		}
 	}
-	ar := st.view.archive.Load()
-	if first, last := bounds(ar); first != wantFirst || last != wantLast {
+	ar := st.view.Archive.Load()
+	if first, last := Bounds(ar); first != wantFirst || last != wantLast {
 		return 0, fmt.Errorf("snapshot at %d: archive (group %d) holds [%d, %d], want [%d, %d]", meta.Index, ar.Group(), first, last, wantFirst, wantLast)
 	}
-	for _, a := range st.view.archives {
+	for _, a := range st.view.Archives {
 		if a != ar {
-			if first, last := bounds(a); last != 0 {
+			if first, last := Bounds(a); last != 0 {
 				return 0, fmt.Errorf("snapshot at %d: group %d, not the archive, holds [%d, %d]", meta.Index, a.Group(), first, last)
 			}
 		}
@@ -480,10 +480,10 @@ func (sc *installScene) check(st *storage) (uint64, error) {
 // checkReads reads every index in [from, to] and compares it with the
 // leader's entry: a record must be the same record, another entry must
 // not read as a record.
-func (sc *installScene) checkReads(v *logView, from, to uint64) error {
+func (sc *installScene) checkReads(v *LogView, from, to uint64) error {
 	var l raft.Log
 	for i := from; i <= to; i++ {
-		if err := v.getLog(i, &l); err != nil {
+		if err := v.GetLog(i, &l); err != nil {
 			return fmt.Errorf("read %d: %w", i, err)
 		}
 		w := sc.want[i]

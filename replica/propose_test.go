@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"runtime"
@@ -45,7 +45,7 @@ func cmds(s ...string) [][]byte {
 }
 
 // waitPending waits until n proposals wait in p.
-func waitPending(t *testing.T, p *proposer, n int) {
+func waitPending(t *testing.T, p *Proposer, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
@@ -63,7 +63,7 @@ func waitPending(t *testing.T, p *proposer, n int) {
 }
 
 // recv waits for the proposal on ch.
-func recv(t *testing.T, ch <-chan *proposal) *proposal {
+func recv(t *testing.T, ch <-chan *Proposal) *Proposal {
 	t.Helper()
 	select {
 	case pr := <-ch:
@@ -76,25 +76,25 @@ func recv(t *testing.T, ch <-chan *proposal) *proposal {
 
 // proposeAsync proposes in a goroutine and returns a channel that yields
 // the proposal once it is proposed.
-func proposeAsync(p *proposer, c ...string) <-chan *proposal {
-	ch := make(chan *proposal, 1)
-	go func() { ch <- p.propose(cmds(c...)) }()
+func proposeAsync(p *Proposer, c ...string) <-chan *Proposal {
+	ch := make(chan *Proposal, 1)
+	go func() { ch <- p.Propose(cmds(c...)) }()
 	return ch
 }
 
 func TestProposerProposesAtOnceWhenIdle(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 256, 1, nil)
-	pr := p.propose(cmds("a", "b"))
+	p := NewProposer(a, time.Hour, 256, 1, nil)
+	pr := p.Propose(cmds("a", "b"))
 	if got := a.proposed(); !slices.Equal(got, []string{"a", "b"}) {
 		t.Fatalf("proposed %q, want [a b]", got)
 	}
-	if len(pr.futures) != 2 {
-		t.Fatalf("%d futures, want 2", len(pr.futures))
+	if len(pr.Futures) != 2 {
+		t.Fatalf("%d futures, want 2", len(pr.Futures))
 	}
-	p.finish(pr)
+	p.Finish(pr)
 	// Idle again: the next one goes at once too.
-	p.finish(p.propose(cmds("c")))
+	p.Finish(p.Propose(cmds("c")))
 	if got := a.proposed(); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("proposed %q, want [a b c]", got)
 	}
@@ -102,8 +102,8 @@ func TestProposerProposesAtOnceWhenIdle(t *testing.T) {
 
 func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 256, 1, nil)
-	first := p.propose(cmds("1"))
+	p := NewProposer(a, time.Hour, 256, 1, nil)
+	first := p.Propose(cmds("1"))
 	second := proposeAsync(p, "2a", "2b")
 	waitPending(t, p, 1)
 	third := proposeAsync(p, "3")
@@ -111,7 +111,7 @@ func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
 	if got := a.proposed(); !slices.Equal(got, []string{"1"}) {
 		t.Fatalf("proposed %q while a batch was in flight, want only [1]", got)
 	}
-	p.finish(first)
+	p.Finish(first)
 	pr2, pr3 := recv(t, second), recv(t, third)
 	if got := a.proposed(); !slices.Equal(got, []string{"1", "2a", "2b", "3"}) {
 		t.Fatalf("proposed %q, want [1 2a 2b 3]", got)
@@ -120,11 +120,11 @@ func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
 		t.Fatal("the waiting proposals went in different batches")
 	}
 	// The batch is in flight until both of its proposals finish.
-	p.finish(pr2)
+	p.Finish(pr2)
 	fourth := proposeAsync(p, "4")
 	waitPending(t, p, 1)
-	p.finish(pr3)
-	p.finish(recv(t, fourth))
+	p.Finish(pr3)
+	p.Finish(recv(t, fourth))
 	if got := a.proposed(); !slices.Equal(got, []string{"1", "2a", "2b", "3", "4"}) {
 		t.Fatalf("proposed %q, want [1 2a 2b 3 4]", got)
 	}
@@ -132,11 +132,11 @@ func TestProposerBatchesWhileOneIsInFlight(t *testing.T) {
 
 func TestProposerLingerBoundsTheWait(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Millisecond, 256, 1, nil)
-	first := p.propose(cmds("1"))
+	p := NewProposer(a, time.Millisecond, 256, 1, nil)
+	first := p.Propose(cmds("1"))
 	// first never finishes: the second goes once it has lingered.
 	start := time.Now()
-	second := p.propose(cmds("2"))
+	second := p.Propose(cmds("2"))
 	if waited := time.Since(start); waited < time.Millisecond {
 		t.Fatalf("proposed after %v, before the linger of 1ms", waited)
 	}
@@ -150,13 +150,13 @@ func TestProposerLingerBoundsTheWait(t *testing.T) {
 
 func TestProposerMaxBatchProposesAtOnce(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 3, 1, nil)
-	p.propose(cmds("1")) // in flight, never finished
+	p := NewProposer(a, time.Hour, 3, 1, nil)
+	p.Propose(cmds("1")) // in flight, never finished
 	second := proposeAsync(p, "2")
 	waitPending(t, p, 1)
 	// Two more commands make three waiting: the batch goes without
 	// waiting for the first to finish.
-	third := p.propose(cmds("3a", "3b"))
+	third := p.Propose(cmds("3a", "3b"))
 	if pr2 := recv(t, second); pr2.batch != third.batch {
 		t.Fatal("a full batch was split")
 	}
@@ -167,9 +167,9 @@ func TestProposerMaxBatchProposesAtOnce(t *testing.T) {
 
 func TestProposerWithoutLingerNeverWaits(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, -1, 256, 1, nil)
-	p.propose(cmds("1")) // in flight, never finished
-	p.propose(cmds("2"))
+	p := NewProposer(a, -1, 256, 1, nil)
+	p.Propose(cmds("1")) // in flight, never finished
+	p.Propose(cmds("2"))
 	if got := a.proposed(); !slices.Equal(got, []string{"1", "2"}) {
 		t.Fatalf("proposed %q, want [1 2]", got)
 	}
@@ -180,11 +180,11 @@ func TestProposerWithoutLingerNeverWaits(t *testing.T) {
 // maxInFlight batches; with a maxInFlight of one it waits for the commit.
 func TestProposerOverlapsOnceTheLeaderStored(t *testing.T) {
 	a := &recordingApplier{}
-	p := newProposer(a, time.Hour, 256, 2, nil)
-	first := p.propose(cmds("1"))
+	p := NewProposer(a, time.Hour, 256, 2, nil)
+	first := p.Propose(cmds("1"))
 	second := proposeAsync(p, "2")
 	waitPending(t, p, 1)
-	p.stored() // the leader stored batch 1; it replicates
+	p.Stored() // the leader stored batch 1; it replicates
 	pr2 := recv(t, second)
 	if pr2.batch == first.batch {
 		t.Fatal("the second proposal joined the first batch")
@@ -192,32 +192,32 @@ func TestProposerOverlapsOnceTheLeaderStored(t *testing.T) {
 	// Two batches in flight, the most: a store ending lets nothing go.
 	third := proposeAsync(p, "3")
 	waitPending(t, p, 1)
-	p.stored()
+	p.Stored()
 	waitPending(t, p, 1)
 	if got := a.proposed(); !slices.Equal(got, []string{"1", "2"}) {
 		t.Fatalf("proposed %q with two batches in flight, want [1 2]", got)
 	}
 	// Batch 1 commits; batch 2 is stored (the leader's store is idle):
 	// the third goes while batch 2 replicates.
-	p.finish(first)
+	p.Finish(first)
 	pr3 := recv(t, third)
 	// Batch 3 is being stored: a batch that commits meanwhile lets the
 	// next wait for the store, so that it goes with what else arrives.
 	fourth := proposeAsync(p, "4")
 	waitPending(t, p, 1)
-	p.finish(pr2)
+	p.Finish(pr2)
 	waitPending(t, p, 1)
-	p.stored()
+	p.Stored()
 	recv(t, fourth)
-	p.finish(pr3)
+	p.Finish(pr3)
 	if got := a.proposed(); !slices.Equal(got, []string{"1", "2", "3", "4"}) {
 		t.Fatalf("proposed %q, want [1 2 3 4]", got)
 	}
 
-	one := newProposer(&recordingApplier{}, time.Hour, 256, 1, nil)
-	one.propose(cmds("1"))
+	one := NewProposer(&recordingApplier{}, time.Hour, 256, 1, nil)
+	one.Propose(cmds("1"))
 	proposeAsync(one, "2")
 	waitPending(t, one, 1)
-	one.stored()
+	one.Stored()
 	waitPending(t, one, 1) // still waiting: one batch at a time
 }

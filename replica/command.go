@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"encoding/binary"
@@ -39,7 +39,7 @@ const (
 
 // errBadCommand reports an entry that does not decode. Entries are written
 // by nodes only, so it means a bug or a corrupt log.
-var errBadCommand = errors.New("node: malformed command entry")
+var errBadCommand = errors.New("replica: malformed command entry")
 
 // recordCmd is a decoded record entry.
 type recordCmd struct {
@@ -51,11 +51,11 @@ type recordCmd struct {
 	payload []byte // aliases the entry's data
 }
 
-// appendRecordCmd appends the encoding of a record entry to dst: kind
+// AppendRecordCmd appends the encoding of a record entry to dst: kind
 // 0x05 for the first record of an Append that must follow another (after
 // not 0, which needs base), 0x04 when the client gave its session base,
 // 0x01 otherwise.
-func appendRecordCmd(dst []byte, client string, seq, i, n, base, after uint64, payload []byte) []byte {
+func AppendRecordCmd(dst []byte, client string, seq, i, n, base, after uint64, payload []byte) []byte {
 	kind := kindRecord
 	switch {
 	case client != "" && base != 0 && after != 0 && i == 0:
@@ -80,11 +80,14 @@ func appendRecordCmd(dst []byte, client string, seq, i, n, base, after uint64, p
 	return append(dst, payload...)
 }
 
-func encodeTrimCmd(below uint64) []byte {
+// EncodeTrimCmd encodes a trim: raise the first retained index to below.
+func EncodeTrimCmd(below uint64) []byte {
 	return binary.AppendUvarint([]byte{kindTrim}, below)
 }
 
-func encodeMemberCmd(id, addr string) []byte {
+// EncodeMemberCmd encodes the record of a member's client address,
+// which each leader commits first in its term.
+func EncodeMemberCmd(id, addr string) []byte {
 	b := []byte{kindMember}
 	b = binary.AppendUvarint(b, uint64(len(id)))
 	b = append(b, id...)
@@ -167,8 +170,8 @@ func decodeRecordCmd(data []byte) (recordCmd, error) {
 	return c, nil
 }
 
-// recordPayload returns the payload of a record entry without copying.
-func recordPayload(data []byte) ([]byte, bool) {
+// RecordPayload returns the payload of a record entry without copying.
+func RecordPayload(data []byte) ([]byte, bool) {
 	c, err := decodeRecordCmd(data)
 	if err != nil {
 		return nil, false

@@ -1,4 +1,4 @@
-package node
+package replica
 
 import (
 	"sync"
@@ -7,18 +7,18 @@ import (
 	"github.com/hashicorp/raft"
 )
 
-// proposer hands appends to raft in batches.
+// Proposer hands appends to raft in batches.
 //
 // hashicorp/raft's leader loop takes everything its apply queue holds and
 // stores it with one StoreLogs, one fdatasync in sync mode, and then
 // replicates it: one AppendEntries and one fdatasync on each follower. An
 // entry that reaches the queue while the loop is idle is stored and
 // replicated alone. Appends arrive in bursts, because a commit answers
-// many clients at once and they answer back at once; without the proposer
+// many clients at once and they answer back at once; without the Proposer
 // the first append of each burst was stored alone (half the leader's
 // fdatasyncs held one record) and the rest waited behind it.
 //
-// So the proposer batches. An append is proposed at once when no batch is
+// So the Proposer batches. An append is proposed at once when no batch is
 // in flight, so a lone client waits for nothing. Otherwise it waits with
 // the others that arrive, and everything waiting is proposed together, in
 // arrival order, as soon as one of these holds:
@@ -34,7 +34,7 @@ import (
 //
 // A linger of zero or less proposes every append at once. A maxInFlight
 // of one keeps one batch in raft at a time.
-type proposer struct {
+type Proposer struct {
 	r           applier            // immutable
 	linger      time.Duration      // immutable
 	maxBatch    int                // immutable
@@ -42,7 +42,7 @@ type proposer struct {
 	observe     func(commands int) // immutable: called with each batch's size; may be nil
 
 	mu       sync.Mutex  // guards the fields below
-	pending  []*proposal // waiting to be proposed, in arrival order
+	pending  []*Proposal // waiting to be proposed, in arrival order
 	waiting  int         // commands in pending
 	inflight int         // batches proposed and not finished
 	storing  bool        // a batch was proposed since the leader's store last finished
@@ -56,38 +56,41 @@ type applier interface {
 	Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture
 }
 
-// applierFunc is a function that is an applier.
-type applierFunc func(cmd []byte, timeout time.Duration) raft.ApplyFuture
+// ApplierFunc is a function that is an applier.
+type ApplierFunc func(cmd []byte, timeout time.Duration) raft.ApplyFuture
 
 // Apply calls f.
-func (f applierFunc) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+func (f ApplierFunc) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
 	return f(cmd, timeout)
 }
 
 // batch is the proposals proposed together.
 type batch struct{ left int } // proposals not finished
 
-// proposal is one append's raft commands and, once proposed, their
+// Proposal is one append's raft commands and, once proposed, their
 // futures.
-type proposal struct {
+type Proposal struct {
 	cmds      [][]byte
-	futures   []raft.ApplyFuture
+	Futures   []raft.ApplyFuture
 	batch     *batch
 	submitted chan struct{} // closed once futures is set
 }
 
-func newProposer(r applier, linger time.Duration, maxBatch, maxInFlight int, observe func(int)) *proposer {
-	p := &proposer{r: r, linger: linger, maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), observe: observe}
+// NewProposer returns a proposer over r (see Proposer for linger,
+// maxBatch and maxInFlight); observe, when not nil, is called with each
+// batch's size.
+func NewProposer(r applier, linger time.Duration, maxBatch, maxInFlight int, observe func(int)) *Proposer {
+	p := &Proposer{r: r, linger: linger, maxBatch: max(maxBatch, 1), maxInFlight: max(maxInFlight, 1), observe: observe}
 	p.timer = time.AfterFunc(time.Hour, p.lingered)
 	p.timer.Stop()
 	return p
 }
 
-// propose hands cmds to raft, at once or with the next batch, and returns
+// Propose hands cmds to raft, at once or with the next batch, and returns
 // the proposal with their futures. The caller must call finish once the
 // futures are done.
-func (p *proposer) propose(cmds [][]byte) *proposal {
-	pr := &proposal{cmds: cmds, submitted: make(chan struct{})}
+func (p *Proposer) Propose(cmds [][]byte) *Proposal {
+	pr := &Proposal{cmds: cmds, submitted: make(chan struct{})}
 	p.mu.Lock()
 	p.pending = append(p.pending, pr)
 	p.waiting += len(cmds)
@@ -102,10 +105,10 @@ func (p *proposer) propose(cmds [][]byte) *proposal {
 	return pr
 }
 
-// finish records that the futures of pr are done; the last proposal of a
-// batch to finish proposes the next batch if no batch is in flight any
+// Finish records that the futures of pr are done; the last proposal of a
+// batch to Finish proposes the next batch if no batch is in flight any
 // more, or if another may be.
-func (p *proposer) finish(pr *proposal) {
+func (p *Proposer) Finish(pr *Proposal) {
 	p.mu.Lock()
 	if pr.batch.left--; pr.batch.left == 0 {
 		p.inflight--
@@ -116,7 +119,7 @@ func (p *proposer) finish(pr *proposal) {
 	p.mu.Unlock()
 }
 
-// stored records that the leader's store finished storing entries (raft's
+// Stored records that the leader's store finished storing entries (raft's
 // leader loop stores each batch it takes, and only then takes the next):
 // what waits is proposed now if another batch may be in flight.
 //
@@ -129,7 +132,7 @@ func (p *proposer) finish(pr *proposal) {
 // It runs on raft's leader loop, which is what takes from raft's queue,
 // so it must not feed the queue itself: the linger timer's goroutine
 // proposes instead.
-func (p *proposer) stored() {
+func (p *Proposer) Stored() {
 	p.mu.Lock()
 	p.storing = false
 	if len(p.pending) > 0 && p.mayOverlapLocked() {
@@ -140,12 +143,12 @@ func (p *proposer) stored() {
 
 // mayOverlapLocked reports whether the next batch may go while others are
 // in flight: the leader's store is idle and there is room.
-func (p *proposer) mayOverlapLocked() bool {
+func (p *Proposer) mayOverlapLocked() bool {
 	return !p.storing && p.inflight < p.maxInFlight
 }
 
 // lingered proposes what waited for linger.
-func (p *proposer) lingered() {
+func (p *Proposer) lingered() {
 	p.mu.Lock()
 	if len(p.pending) > 0 {
 		p.flushLocked()
@@ -155,7 +158,7 @@ func (p *proposer) lingered() {
 
 // flushLocked proposes every pending proposal as one batch. mu must be
 // held; it is released while raft's queue is fed and taken again.
-func (p *proposer) flushLocked() {
+func (p *Proposer) flushLocked() {
 	props := p.pending
 	if p.observe != nil {
 		p.observe(p.waiting)
@@ -170,12 +173,15 @@ func (p *proposer) flushLocked() {
 	p.mu.Unlock()
 	for _, pr := range props {
 		pr.batch = b
-		pr.futures = make([]raft.ApplyFuture, len(pr.cmds))
+		pr.Futures = make([]raft.ApplyFuture, len(pr.cmds))
 		for i, c := range pr.cmds {
-			pr.futures[i] = p.r.Apply(c, enqueueTimeout)
+			pr.Futures[i] = p.r.Apply(c, EnqueueTimeout)
 		}
 		close(pr.submitted)
 	}
 	p.submitMu.Unlock()
 	p.mu.Lock()
 }
+
+// EnqueueTimeout bounds how long an operation waits to enter raft's queue.
+const EnqueueTimeout = 5 * time.Second

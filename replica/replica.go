@@ -1,0 +1,264 @@
+package replica
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/commitlog/vfs"
+	"github.com/raftlog/raftlog/raftstore"
+)
+
+// logCacheSize is how many recent entries raft keeps in memory for
+// replication.
+const logCacheSize = 1024
+
+// Config configures a Replica. Fields without a default must be set.
+type Config struct {
+	// NodeID is this node's id, raft's LocalID.
+	NodeID string
+	// ClientAddr is this node's client address, recorded by the first
+	// entry of each of its terms as leader so that followers can name it.
+	ClientAddr string
+	// Log is the log's id (GroupsOf).
+	Log uint64
+	// DB is the node's raftstore DB, opened with Options.Monotonic.
+	DB *raftstore.DB
+	// SnapshotDir holds the log's snapshot files; FS writes them (default
+	// vfs.Default).
+	SnapshotDir string
+	FS          vfs.FS
+
+	// Raft's timings (raft.Config).
+	HeartbeatTimeout   time.Duration
+	ElectionTimeout    time.Duration
+	LeaderLeaseTimeout time.Duration
+	SnapshotThreshold  uint64
+
+	// BatchLinger, BatchesInFlight: see Proposer.
+	BatchLinger     time.Duration
+	BatchesInFlight int
+	// RetentionBytes and RetentionAge bound the log (0: no bound); the
+	// leader checks them every RetentionCheck.
+	RetentionBytes int64
+	RetentionAge   time.Duration
+	RetentionCheck time.Duration
+
+	// Control, when set, is the state machine of the log's control
+	// commands (control.go): the node's catalog, on the default log.
+	Control Control
+
+	// Logger receives the replica's logs and raft's (named "raft").
+	Logger hclog.Logger
+
+	// Hooks, each optional.
+	//
+	// StoreError is called with every error of raft's log and stable
+	// store; the node decides whether it must stop (a failed write or
+	// sync) or waits for space.
+	StoreError func(error)
+	// Fail is called when a snapshot install cannot tell whether it
+	// switched (SnapStore.Fail): the node must stop.
+	Fail func(error)
+	// Batch is called with the size of each batch the proposer hands raft.
+	Batch func(records int)
+	// CheckAppend, called on the leader before each append, refuses it
+	// with its error (the node's free-space check).
+	CheckAppend func() error
+	// LeaderChange is called with each value of raft's LeaderCh before the
+	// replica acts on it (tests hold up a change with it).
+	LeaderChange func(leader bool)
+}
+
+// Replica is one log's replica on a node: raft over the log's groups of
+// the node's DB, its state machine and snapshots, and the leader's stints.
+// Open it, decide with HasState whether to bootstrap, Start raft, and
+// Shutdown raft before the DB is closed.
+type Replica struct {
+	cfg  Config
+	view *LogView
+	fsm  *FSM
+	snap *SnapStore
+	prop *Proposer
+	raft *raft.Raft // set by Start, never changed
+
+	ctx     context.Context // cancelled by Shutdown
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup // the loops Start began
+	snapReq chan struct{}
+
+	lmu   sync.Mutex
+	stint *Stint // guarded by lmu; nil when not leader
+}
+
+// Open opens the log's view, state machine and snapshots (recovering what
+// a crash left of a snapshot install). Raft does not run yet.
+func Open(cfg Config) (*Replica, error) {
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = hclog.NewNullLogger()
+	}
+	r := &Replica{cfg: cfg, snapReq: make(chan struct{}, 1)}
+	r.ctx, r.cancel = context.WithCancel(context.Background())
+	var err error
+	if r.view, err = NewLogView(cfg.DB, GroupsOf(cfg.Log)); err != nil {
+		return nil, err
+	}
+	r.fsm = NewFSM(r.view, cfg.Logger.Named("fsm"))
+	r.fsm.OnTrim = func(uint64) { r.RequestSnapshot() }
+	if cfg.Control != nil {
+		r.fsm.SetControl(cfg.Control)
+	}
+	if r.snap, err = OpenSnapStore(cfg.FS, cfg.SnapshotDir, r.view, cfg.DB, cfg.Logger.Named("snapshots")); err != nil {
+		return nil, err
+	}
+	r.snap.Fail = cfg.Fail
+	maxBatch := raftMaxAppendEntries
+	r.prop = NewProposer(ApplierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+		return r.raft.Apply(cmd, timeout)
+	}), cfg.BatchLinger, maxBatch, cfg.BatchesInFlight, cfg.Batch)
+	return r, nil
+}
+
+// raftMaxAppendEntries is raft's MaxAppendEntries, and the proposer's
+// largest batch.
+const raftMaxAppendEntries = 256
+
+// View returns the log view; FSM the state machine; Snapshots the
+// snapshot store.
+func (r *Replica) View() *LogView { return r.view }
+
+// FSM returns the replica's state machine.
+func (r *Replica) FSM() *FSM { return r.fsm }
+
+// Snapshots returns the replica's snapshot store.
+func (r *Replica) Snapshots() *SnapStore { return r.snap }
+
+// Proposer returns the replica's proposer.
+func (r *Replica) Proposer() *Proposer { return r.prop }
+
+// Raft returns raft, nil before Start.
+func (r *Replica) Raft() *raft.Raft { return r.raft }
+
+// HasState reports whether the log holds raft state (a term, entries or a
+// snapshot): a replica without any is new, to be bootstrapped or added.
+func (r *Replica) HasState() (bool, error) {
+	return raft.HasExistingState(r.view.Live, r.view.Live, r.snap)
+}
+
+// raftConfig is the raft configuration of every log.
+func (r *Replica) raftConfig() *raft.Config {
+	c := r.cfg
+	rc := raft.DefaultConfig()
+	rc.LocalID = raft.ServerID(c.NodeID)
+	rc.Logger = c.Logger.Named("raft")
+	rc.HeartbeatTimeout = c.HeartbeatTimeout
+	rc.ElectionTimeout = c.ElectionTimeout
+	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
+	rc.CommitTimeout = 5 * time.Millisecond
+	rc.SnapshotThreshold = c.SnapshotThreshold
+	rc.SnapshotInterval = 10 * time.Second
+	// Raft never compacts its log: the log is the data, and trims decide
+	// what goes (fsm.go, logview.go).
+	rc.TrailingLogs = math.MaxUint64
+	rc.MaxAppendEntries = raftMaxAppendEntries
+	rc.BatchApplyCh = true
+	// raft's per-peer metrics only with the peer in a label (peer_id), not
+	// also in the metric name.
+	rc.NoLegacyTelemetry = true
+	// Not RestoreCommittedLogs: in raft v1.8.0 a node restarted with it
+	// skips the configuration entries below the stored commit index when
+	// it looks for its configuration, and without a snapshot holding one
+	// it forgets its peers ("no known peers, aborting election").
+	return rc
+}
+
+// Start starts raft over trans, and the loops that follow its leadership
+// and take snapshots after trims.
+func (r *Replica) Start(trans raft.Transport) error {
+	st := failStopStore{Store: r.view.Live, r: r}
+	// The cache serves replication the entries just stored, without
+	// reading and decoding them back.
+	logs, err := raft.NewLogCache(logCacheSize, st)
+	if err != nil {
+		return err
+	}
+	r.view.LiveDeleter = logs
+	rf, err := raft.NewRaft(r.raftConfig(), r.fsm, logs, st, r.snap, trans)
+	if err != nil {
+		return fmt.Errorf("replica: start raft: %w", err)
+	}
+	r.raft = rf
+	r.wg.Add(2)
+	go r.watchLeadership()
+	go r.snapshotLoop()
+	return nil
+}
+
+// Bootstrap bootstraps a new log with conf; a log that has state already
+// is left as it is.
+func (r *Replica) Bootstrap(conf raft.Configuration) error {
+	if err := r.raft.BootstrapCluster(conf).Error(); err != nil && !errors.Is(err, raft.ErrCantBootstrap) {
+		return fmt.Errorf("replica: bootstrap: %w", err)
+	}
+	return nil
+}
+
+// Shutdown ends the replica's stint, shuts raft down and waits for the
+// replica's loops. It does not close the DB.
+func (r *Replica) Shutdown() error {
+	r.cancel()
+	var err error
+	if r.raft != nil {
+		err = r.raft.Shutdown().Error()
+	}
+	r.wg.Wait()
+	return err
+}
+
+// RequestSnapshot asks for a snapshot, which deletes trimmed entries once
+// durable.
+func (r *Replica) RequestSnapshot() {
+	select {
+	case r.snapReq <- struct{}{}:
+	default:
+	}
+}
+
+func (r *Replica) snapshotLoop() {
+	defer r.wg.Done()
+	for {
+		select {
+		case <-r.ctx.Done():
+			return
+		case <-r.snapReq:
+		}
+		err := r.raft.Snapshot().Error()
+		if err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) && r.ctx.Err() == nil {
+			r.cfg.Logger.Warn("snapshot after trim", "error", err)
+		}
+	}
+}
+
+// Voters returns the number of voters in raft's latest configuration.
+func (r *Replica) Voters() int {
+	f := r.raft.GetConfiguration()
+	if f.Error() != nil {
+		return 0
+	}
+	v := 0
+	for _, s := range f.Configuration().Servers {
+		if s.Suffrage == raft.Voter {
+			v++
+		}
+	}
+	return v
+}
