@@ -29,10 +29,11 @@ import (
 //     speak for any member. Node certificates are membership credentials.
 //   - A client's identity is its certificate's subject common name (CN),
 //     for example "app1". The admin operations (Join for another node,
-//     Remove, TransferLeadership, Trim, Backup, and any op added later that
-//     is not listed as open below) need a client whose name is in
-//     TLSConfig.Admins (--tls-admins). Append, Read, Tail and Status need
-//     only what the client listener admits: a certificate from the CA with
+//     Remove, TransferLeadership, Trim, Backup, CreateLog, DeleteLog, and
+//     any op added later that is not listed as open below) need a client
+//     whose name is in TLSConfig.Admins (--tls-admins). Append, Read,
+//     Tail, Status, ListLogs and DescribeLog need only what the client
+//     listener admits: a certificate from the CA with
 //     TLSConfig.ClientAuth, any TLS client without it. A refusal is a
 //     PermissionDenied error naming the client, the operation and the
 //     admins, for example `client "app1" may not trim (admins: ops, ci)`,
@@ -142,7 +143,8 @@ func (n *Node) authorize(ctx context.Context, op transport.Op, req any) error {
 	var what, hint string // the refused action, after "may not"; why
 	id := identify(ctx)
 	switch r := req.(type) {
-	case *transport.AppendRequest, *transport.ReadRequest, *transport.TailRequest, *transport.StatusRequest:
+	case *transport.AppendRequest, *transport.ReadRequest, *transport.TailRequest, *transport.StatusRequest,
+		*transport.ListLogsRequest, *transport.DescribeLogRequest:
 		return nil // the listener admitted the client: that is enough
 	case *transport.JoinRequest:
 		if id.node != "" && id.node == r.NodeID {
@@ -160,6 +162,10 @@ func (n *Node) authorize(ctx context.Context, op transport.Op, req any) error {
 		what = "trim"
 	case *transport.BackupRequest:
 		what = "take a backup"
+	case *transport.CreateLogRequest:
+		what = fmt.Sprintf("create log %q", r.Name)
+	case *transport.DeleteLogRequest:
+		what = fmt.Sprintf("delete log %q", r.Name)
 	default:
 		what = "run " + op.String()
 	}

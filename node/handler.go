@@ -27,7 +27,11 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 	case *transport.AppendRequest:
 		return n.appendRecords(ctx, r)
 	case *transport.ReadRequest:
-		return n.log.Read(ctx, r)
+		l, err := n.replicaFor(r.Log)
+		if err != nil {
+			return nil, err
+		}
+		return l.Read(ctx, r)
 	case *transport.StatusRequest:
 		s := n.Status()
 		if !r.Details {
@@ -41,7 +45,19 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 	case *transport.TransferLeadershipRequest:
 		return n.transfer(ctx, r)
 	case *transport.TrimRequest:
-		return n.log.Trim(ctx, r)
+		l, err := n.replicaFor(r.Log)
+		if err != nil {
+			return nil, err
+		}
+		return l.Trim(ctx, r)
+	case *transport.CreateLogRequest:
+		return n.createLog(ctx, r)
+	case *transport.DeleteLogRequest:
+		return n.deleteLog(ctx, r)
+	case *transport.ListLogsRequest:
+		return n.listLogs(), nil
+	case *transport.DescribeLogRequest:
+		return n.describeLog(ctx, r)
 	}
 	return nil, &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
 }
@@ -56,7 +72,11 @@ func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *trans
 	}
 	switch r := req.(type) {
 	case *transport.TailRequest:
-		return h.n.log.Tail(ctx, r, s)
+		l, err := h.n.replicaFor(r.Log)
+		if err != nil {
+			return err
+		}
+		return l.Tail(ctx, r, s)
 	case *transport.BackupRequest:
 		return h.n.backup(ctx, s)
 	}
@@ -65,7 +85,11 @@ func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *trans
 
 // appendRecords appends to the log, counting the appends it refuses.
 func (n *Node) appendRecords(ctx context.Context, r *transport.AppendRequest) (*transport.AppendResponse, error) {
-	resp, err := n.log.Append(ctx, r)
+	l, err := n.replicaFor(r.Log)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := l.Append(ctx, r)
 	var te *transport.Error
 	if errors.As(err, &te) {
 		switch te.Code {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
 	"github.com/raftlog/raftlog/replica"
@@ -38,6 +39,14 @@ type Node struct {
 	prop *replica.Proposer
 	tr   netTransport
 	gate *voteGate
+	// catalog is the catalog of named logs, the default log's control
+	// state machine (catalog.go); mux, the raft listener's groups, nil
+	// with hashicorp's raft transport; host, the named logs' replicas
+	// running here (logs.go); fs, the store's file system.
+	catalog *catalog.FSM
+	mux     *transport.RaftMux
+	host    logHost
+	fs      vfs.FS
 
 	clientLn   net.Listener
 	clientAddr string // advertised
@@ -191,8 +200,10 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err := n.openClientListener(); err != nil {
 		return err
 	}
+	n.catalog = catalog.New()
+	n.fs = opts.FS
 	rc := replica.Config{
-		NodeID: c.ID, ClientAddr: n.clientAddr, Log: 0, DB: n.db,
+		NodeID: c.ID, ClientAddr: n.clientAddr, Log: 0, DB: n.db, Control: catalogControl{n.catalog},
 		SnapshotDir: filepath.Join(c.DataDir, "snapshots"), FS: opts.FS,
 		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout,
 		LeaderLeaseTimeout: c.LeaderLeaseTimeout, SnapshotThreshold: c.SnapshotThreshold,
@@ -220,8 +231,9 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err := n.listen(); err != nil {
 		return err
 	}
-	n.wg.Add(1)
+	n.wg.Add(2)
 	go n.registerLoop()
+	go n.reconcileLoop()
 	n.wg.Add(2)
 	go n.spaceLoop()
 	go n.leaderGoneLoop()
@@ -388,13 +400,21 @@ func (n *Node) raftTransport() (netTransport, error) {
 	}
 	// The native transport pipelines safely (transport/raftpipe.go), but
 	// by default it does not pipeline (see Config.RaftMaxInFlight).
-	tr, err := transport.NewRaftTransport(n.probes, &transport.RaftTransportConfig{
+	// One mux serves the default log (group 0) and the named logs (their
+	// ids) over the one listener.
+	mux, err := transport.NewRaftMux(n.probes, &transport.RaftTransportConfig{
 		Timeout: raftIOTimeout, MaxPool: 4, MaxInFlight: c.RaftMaxInFlight, MaxFrameSize: raftFrameSize(c.Limits), Logger: logger,
 	})
 	if err != nil {
 		n.probes.Close()
 		return nil, fmt.Errorf("node: raft transport: %w", err)
 	}
+	tr, err := mux.Group(0)
+	if err != nil {
+		mux.Close()
+		return nil, fmt.Errorf("node: raft transport: %w", err)
+	}
+	n.mux = mux
 	return tr, nil
 }
 
@@ -666,6 +686,7 @@ func (n *Node) close() error {
 		cancel()
 	}
 	n.cancel()
+	errs = append(errs, n.stopLogs()...)
 	if n.log != nil {
 		if err := n.log.Shutdown(); err != nil {
 			errs = append(errs, err)
@@ -674,6 +695,9 @@ func (n *Node) close() error {
 	n.wg.Wait()
 	if n.tr != nil {
 		n.tr.Close()
+	}
+	if n.mux != nil {
+		n.mux.Close()
 	}
 	if n.db != nil {
 		if err := n.db.Close(); err != nil {

@@ -460,3 +460,10 @@ func (s *fsmSnapshot) Persist(sink raft.SnapshotSink) error {
 
 // Release implements raft.FSMSnapshot.
 func (s *fsmSnapshot) Release() {}
+
+// RecordBytes returns the retained records' size by the byte ledger.
+func (f *FSM) RecordBytes() uint64 {
+	f.mu.RLock()
+	defer f.mu.RUnlock()
+	return f.total - f.floorCum
+}

@@ -26,8 +26,11 @@ type Config struct {
 	// ClientAddr is this node's client address, recorded by the first
 	// entry of each of its terms as leader so that followers can name it.
 	ClientAddr string
-	// Log is the log's id (GroupsOf).
-	Log uint64
+	// Log is the log's id (GroupsOf); Name its name, "" for the default
+	// log (errors name the log, and name a member when the leader is
+	// unknown, only for a named log: older clients do not know that field).
+	Log  uint64
+	Name string
 	// DB is the node's raftstore DB, opened with Options.Monotonic.
 	DB *raftstore.DB
 	// SnapshotDir holds the log's snapshot files; FS writes them (default

@@ -13,17 +13,38 @@ import (
 	"github.com/raftlog/raftlog/transport"
 )
 
-// notLeader is the error for a request only the leader serves.
+// NotLeader is the error for a request only the leader serves: NotLeader,
+// naming the leader when the replica knows it. For a named log
+// (Config.Name) that knows no leader, it names another member of the log
+// to ask (Error.MemberID), with the client address the member recorded.
 func (r *Replica) NotLeader() *transport.Error {
 	_, id := r.raft.LeaderWithID()
-	e := &transport.Error{Code: transport.CodeNotLeader, Message: fmt.Sprintf("node %s is not the leader", r.cfg.NodeID), LeaderID: string(id)}
+	msg := fmt.Sprintf("node %s is not the leader", r.cfg.NodeID)
+	if r.cfg.Name != "" {
+		msg = fmt.Sprintf("node %s is not the leader of log %q", r.cfg.NodeID, r.cfg.Name)
+	}
+	e := &transport.Error{Code: transport.CodeNotLeader, Message: msg, LeaderID: string(id)}
 	if id != "" {
 		e.LeaderAddr = r.fsm.Member(string(id))
+		return e
+	}
+	if r.cfg.Name == "" {
+		return e
+	}
+	if f := r.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if m := string(s.ID); m != r.cfg.NodeID {
+				if addr := r.fsm.Member(m); addr != "" {
+					e.MemberID, e.MemberAddr = m, addr
+					break
+				}
+			}
+		}
 	}
 	return e
 }
 
-// raftError turns an error of raft into the one a client sees.
+// RaftError turns an error of raft into the one a client sees.
 func (r *Replica) RaftError(err error) error {
 	switch {
 	case err == nil:
@@ -44,7 +65,7 @@ func (r *Replica) RaftError(err error) error {
 	return fmt.Errorf("replica: raft: %w", err)
 }
 
-// leading waits until the node leads and its stint is ready, and returns
+// Leading waits until the node leads and its stint is ready, and returns
 // the stint; NotLeader when it does not lead.
 func (r *Replica) Leading(ctx context.Context) (*Stint, error) {
 	s := r.Stint()
@@ -150,7 +171,7 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 	return nil, &transport.Error{Code: transport.CodeUnavailable, Message: "append interleaved with an earlier attempt of the same sequence number; retry it"}
 }
 
-// linearize makes a read linearizable (read index): it takes the commit
+// Linearize makes a read linearizable (read index): it takes the commit
 // index, confirms with a quorum that the node still leads in its stint's
 // term, and waits until the state machine has applied up to that index.
 //

@@ -1,0 +1,494 @@
+package node
+
+// Named logs on a node: the replicas of the logs the catalog (catalog.go)
+// places here, each its own raft group over the node's one raftstore DB
+// and one raft listener (transport.RaftMux, the log's id as the group).
+//
+// A reconciler (reconcileLoop) makes the running replicas follow the
+// node's copy of the catalog: it starts the replica of every active log
+// the catalog places on the node, bootstrapping its raft group with the
+// log's initial members when the node is one of them and holds no state
+// of it (every initial member bootstraps the same configuration, taken
+// from the committed catalog); and it shuts down and drops the data of
+// every log that is gone. The node's copy of the catalog may lag behind
+// the leader's (a restart replays it), so the reconciler drops a log only
+// when the catalog has given out its id (the id is below the next id) and
+// holds no log with it: ids are never reused, so such a log was deleted.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/catalog"
+	"github.com/raftlog/raftlog/commitlog/vfs"
+	"github.com/raftlog/raftlog/replica"
+	"github.com/raftlog/raftlog/transport"
+)
+
+// hostedLog is the replica of a named log running on the node.
+type hostedLog struct {
+	id   uint64
+	name string
+	r    *replica.Replica
+	tr   *transport.RaftTransport // its group on the node's mux
+}
+
+// logHost holds the replicas of the named logs running on the node.
+type logHost struct {
+	mu     sync.Mutex
+	logs   map[uint64]*hostedLog // by log id; guarded by mu
+	closed bool                  // set by stopLogs; guarded by mu
+}
+
+// hosted returns the running replica of log id, nil if none.
+func (h *logHost) hosted(id uint64) *hostedLog {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.logs[id]
+}
+
+// all returns the running replicas.
+func (h *logHost) all() []*hostedLog {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	out := make([]*hostedLog, 0, len(h.logs))
+	for _, l := range h.logs {
+		out = append(out, l)
+	}
+	return out
+}
+
+// logDir is the directory of log id's files besides its raftstore groups:
+// its snapshots.
+func (n *Node) logDir(id uint64) string {
+	return filepath.Join(n.cfg.DataDir, "logs", strconv.FormatUint(id, 10))
+}
+
+// errNoNamedLogs is the refusal of a named-log operation on a node without
+// a raft mux (the hashicorp raft transport serves one group).
+func errNoNamedLogs() *transport.Error {
+	return &transport.Error{Code: transport.CodeFailedPrecondition,
+		Message: "named logs need the native raft transport (--raft-transport native); this node runs hashicorp's"}
+}
+
+// replicaFor returns the replica to serve a record operation on the log
+// the request's log field names: the default log's, or a named log's if
+// the node hosts it. A log the node does not host gets NotLeader naming a
+// member of the log; an unknown or deleting log gets NotFound.
+func (n *Node) replicaFor(field string) (*replica.Replica, error) {
+	if field == "" || field == transport.DefaultLog {
+		return n.log, nil
+	}
+	l, ok := n.catalog.State().Log(field)
+	if !ok || l.State != catalog.LogActive {
+		return nil, transport.NotFoundLog(field)
+	}
+	if h := n.host.hosted(l.ID); h != nil {
+		return h.r, nil
+	}
+	return nil, n.notHosted(l)
+}
+
+// notHosted is the NotLeader answer of a node that does not host log l:
+// it names a member of the log to ask.
+func (n *Node) notHosted(l catalog.Log) *transport.Error {
+	e := &transport.Error{Code: transport.CodeNotLeader,
+		Message: fmt.Sprintf("node %s does not hold log %q", n.cfg.ID, l.Name)}
+	s := n.catalog.State()
+	for _, m := range l.Hosts() {
+		if nd, ok := s.Node(m); ok && nd.ClientAddr != "" && m != n.cfg.ID {
+			e.MemberID, e.MemberAddr = m, nd.ClientAddr
+			break
+		}
+	}
+	return e
+}
+
+// reconcileLoop makes the running replicas follow the catalog (see the
+// top of this file), as it changes and every second.
+func (n *Node) reconcileLoop() {
+	defer n.wg.Done()
+	// A new member catching up replays the catalog from its start: it
+	// acts once it votes, caught up.
+	select {
+	case <-n.voting:
+	case <-n.ctx.Done():
+		return
+	}
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		s, changed := n.catalog.Watch()
+		n.reconcile(s)
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-changed:
+		case <-t.C:
+		}
+	}
+}
+
+// reconcile starts the replicas s places here and drops those of logs s
+// says are gone.
+func (n *Node) reconcile(s *catalog.State) {
+	if n.mux == nil {
+		return
+	}
+	for _, l := range s.LogsOf(n.cfg.ID) {
+		if l.State != catalog.LogActive || n.host.hosted(l.ID) != nil {
+			continue
+		}
+		if err := n.startLog(s, l); err != nil && n.ctx.Err() == nil {
+			n.cfg.Logger.Error("starting a log's replica", "log", l.Name, "id", l.ID, "error", err)
+		}
+	}
+	gone := func(id uint64) bool {
+		l, ok := s.LogByID(id)
+		return id < s.NextID() && (!ok || l.State == catalog.LogDeleting)
+	}
+	for _, h := range n.host.all() {
+		if gone(h.id) {
+			n.dropLog(h.id, h)
+		}
+	}
+	for _, id := range n.storedLogs() {
+		if n.host.hosted(id) == nil && gone(id) {
+			n.dropLog(id, nil)
+		}
+	}
+}
+
+// storedLogs returns the ids of the named logs whose groups the node's DB
+// holds.
+func (n *Node) storedLogs() []uint64 {
+	var ids []uint64
+	for _, g := range n.db.Groups() {
+		if id := g / 4; g%4 != 0 && id != 0 && !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// startLog starts the replica of log l, which s places on the node.
+func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
+	c := n.cfg
+	dir := n.logDir(l.ID)
+	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	rc := replica.Config{
+		NodeID: c.ID, ClientAddr: n.clientAddr, Log: l.ID, Name: l.Name, DB: n.db,
+		SnapshotDir: filepath.Join(dir, "snapshots"), FS: n.storeFS(),
+		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout,
+		LeaderLeaseTimeout: c.LeaderLeaseTimeout, SnapshotThreshold: c.SnapshotThreshold,
+		BatchLinger: c.BatchLinger, BatchesInFlight: c.BatchesInFlight,
+		RetentionBytes: l.Settings.RetentionBytes, RetentionAge: l.Settings.RetentionAge, RetentionCheck: c.RetentionCheck,
+		Logger:      c.Logger.Named("log." + l.Name),
+		StoreError:  n.storeError,
+		Fail:        n.failStop,
+		Batch:       func(k int) { n.metrics.batch.Observe(float64(k)) },
+		CheckAppend: n.checkSpace,
+	}
+	r, err := replica.Open(rc)
+	if err != nil {
+		return err
+	}
+	if err := r.CheckLog(); err != nil {
+		return damaged(c.DataDir, fmt.Errorf("node: log %q: %w", l.Name, err))
+	}
+	existing, err := r.HasState()
+	if err != nil {
+		return err
+	}
+	tr, err := n.mux.Group(l.ID)
+	if err != nil {
+		return err
+	}
+	if err := r.Start(tr); err != nil {
+		tr.Close()
+		return err
+	}
+	if !existing && slices.Contains(l.Initial, c.ID) {
+		var conf raft.Configuration
+		for _, m := range l.Initial {
+			nd, ok := s.Node(m)
+			if !ok {
+				r.Shutdown()
+				tr.Close()
+				return fmt.Errorf("node: log %q: initial member %s is not a node of the catalog", l.Name, m)
+			}
+			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m), Address: raft.ServerAddress(nd.RaftAddr)})
+		}
+		if err := r.Bootstrap(conf); err != nil {
+			r.Shutdown()
+			tr.Close()
+			return err
+		}
+	}
+	n.host.mu.Lock()
+	if n.host.closed {
+		n.host.mu.Unlock()
+		r.Shutdown()
+		tr.Close()
+		return errors.New("node: closed")
+	}
+	if n.host.logs == nil {
+		n.host.logs = map[uint64]*hostedLog{}
+	}
+	n.host.logs[l.ID] = &hostedLog{id: l.ID, name: l.Name, r: r, tr: tr}
+	n.host.mu.Unlock()
+	c.Logger.Info("started a log's replica", "log", l.Name, "id", l.ID, "bootstrapped", !existing && slices.Contains(l.Initial, c.ID))
+	return nil
+}
+
+// dropLog shuts down the replica h of log id, if it runs, and removes the
+// log's data from the node: its raftstore groups and its snapshots.
+func (n *Node) dropLog(id uint64, h *hostedLog) {
+	if h != nil {
+		n.host.mu.Lock()
+		delete(n.host.logs, id)
+		n.host.mu.Unlock()
+		if err := h.r.Shutdown(); err != nil {
+			n.cfg.Logger.Warn("shutting a deleted log's replica down", "id", id, "error", err)
+		}
+		h.tr.Close()
+	}
+	gs := replica.GroupsOf(id)
+	for _, g := range []uint64{gs.Live, gs.ArchiveA, gs.ArchiveB} {
+		if err := n.db.DropGroup(g); err != nil {
+			n.cfg.Logger.Error("dropping a deleted log's data", "id", id, "group", g, "error", err)
+			return
+		}
+	}
+	if err := os.RemoveAll(n.logDir(id)); err != nil {
+		n.cfg.Logger.Error("removing a deleted log's snapshots", "id", id, "error", err)
+		return
+	}
+	n.cfg.Logger.Info("dropped a deleted log's data", "id", id)
+}
+
+// stopLogs shuts every named log's replica down (Close).
+func (n *Node) stopLogs() []error {
+	n.host.mu.Lock()
+	n.host.closed = true
+	n.host.mu.Unlock()
+	var errs []error
+	for _, h := range n.host.all() {
+		if err := h.r.Shutdown(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+			errs = append(errs, err)
+		}
+		h.tr.Close()
+	}
+	return errs
+}
+
+// createLog serves CreateLog on the default log's leader: it starts the
+// catalog if need be, places the log's replicas and commits the log.
+func (n *Node) createLog(ctx context.Context, r *transport.CreateLogRequest) (*transport.CreateLogResponse, error) {
+	if n.mux == nil {
+		return nil, errNoNamedLogs()
+	}
+	if _, err := n.log.Leading(ctx); err != nil {
+		return nil, err
+	}
+	if err := n.syncCatalog(ctx); err != nil {
+		return nil, err
+	}
+	settings := catalog.Settings{Replicas: int(r.Replicas), RetentionBytes: int64(min(r.RetentionBytes, 1<<63-1)), RetentionAge: r.RetentionAge}
+	if settings.Replicas == 0 {
+		settings.Replicas = 3
+	}
+	s := n.catalog.State()
+	if _, ok := s.Log(r.Name); ok {
+		return nil, transport.DuplicateLog(r.Name)
+	}
+	members, err := catalog.Place(s, settings.Replicas, nil)
+	if err != nil {
+		return nil, catalogError(r.Name, err)
+	}
+	res, err := n.proposeCatalog(ctx, &catalog.CreateLog{Name: r.Name, Settings: settings, Members: members})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil {
+		return nil, catalogError(r.Name, res.Err)
+	}
+	n.cfg.Logger.Info("created a log", "log", r.Name, "id", res.Log.ID, "members", res.Log.Members)
+	return &transport.CreateLogResponse{Log: logInfo(*res.Log)}, nil
+}
+
+// deleteLog serves DeleteLog on the default log's leader: the log leaves
+// the catalog, after which every member drops its data (reconcile).
+func (n *Node) deleteLog(ctx context.Context, r *transport.DeleteLogRequest) (*transport.DeleteLogResponse, error) {
+	if _, err := n.log.Leading(ctx); err != nil {
+		return nil, err
+	}
+	l, ok := n.catalog.State().Log(r.Name)
+	if !ok {
+		return nil, transport.NotFoundLog(r.Name)
+	}
+	if l.State == catalog.LogActive {
+		res, err := n.proposeCatalog(ctx, &catalog.DeleteLog{ID: l.ID})
+		if err != nil {
+			return nil, err
+		}
+		if res.Err != nil {
+			return nil, catalogError(r.Name, res.Err)
+		}
+		l = *res.Log
+	}
+	info := logInfo(l)
+	res, err := n.proposeCatalog(ctx, &catalog.LogDeleted{ID: l.ID})
+	if err != nil {
+		return nil, err
+	}
+	if res.Err != nil && !errors.Is(res.Err, catalog.ErrNotFound) {
+		return nil, catalogError(r.Name, res.Err)
+	}
+	n.cfg.Logger.Info("deleted a log", "log", r.Name, "id", l.ID)
+	return &transport.DeleteLogResponse{Log: info}, nil
+}
+
+// listLogs serves ListLogs from the node's copy of the catalog, sorted by
+// name.
+func (n *Node) listLogs() *transport.ListLogsResponse {
+	s := n.catalog.State()
+	resp := &transport.ListLogsResponse{Logs: []transport.LogInfo{n.defaultLogInfo()}}
+	for _, l := range s.LogsByName() {
+		if l.ID != catalog.DefaultID {
+			resp.Logs = append(resp.Logs, logInfo(l))
+		}
+	}
+	slices.SortFunc(resp.Logs, func(a, b transport.LogInfo) int { return strings.Compare(a.Name, b.Name) })
+	return resp
+}
+
+// defaultLogInfo describes the default log: its members are the voters of
+// its raft configuration.
+func (n *Node) defaultLogInfo() transport.LogInfo {
+	info := transport.LogInfo{Name: transport.DefaultLog, ID: 0, State: transport.LogActive,
+		RetentionBytes: uint64(max(n.cfg.RetentionBytes, 0)), RetentionAge: n.cfg.RetentionAge}
+	if f := n.raft.GetConfiguration(); f.Error() == nil {
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				info.Members = append(info.Members, string(s.ID))
+			}
+		}
+	}
+	info.Replicas = uint32(len(info.Members))
+	if _, id := n.raft.LeaderWithID(); id != "" {
+		info.LeaderID = string(id)
+	}
+	return info
+}
+
+// describeLog serves DescribeLog on the log's leader; another node answers
+// NotLeader naming the leader or a member.
+func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogRequest) (*transport.DescribeLogResponse, error) {
+	var (
+		info transport.LogInfo
+		r    *replica.Replica
+	)
+	if req.Name == "" || req.Name == transport.DefaultLog {
+		info, r = n.defaultLogInfo(), n.log
+	} else {
+		l, ok := n.catalog.State().Log(req.Name)
+		if !ok {
+			return nil, transport.NotFoundLog(req.Name)
+		}
+		info = logInfo(l)
+		h := n.host.hosted(l.ID)
+		if h == nil {
+			return nil, n.notHosted(l)
+		}
+		r = h.r
+		if _, id := r.Raft().LeaderWithID(); id != "" {
+			info.LeaderID = string(id)
+		}
+	}
+	if _, err := r.Leading(ctx); err != nil {
+		return nil, err
+	}
+	return describe(info, r, n.catalog.State()), nil
+}
+
+// describe describes a log its leader r serves: info, and how r's raft
+// group stands. A member's CaughtUp is known for the leader only (raft
+// does not tell a follower's progress).
+func describe(info transport.LogInfo, r *replica.Replica, s *catalog.State) *transport.DescribeLogResponse {
+	rf := r.Raft()
+	resp := &transport.DescribeLogResponse{Log: info, LastIndex: rf.LastIndex(), CommitIndex: rf.CommitIndex(), Bytes: r.FSM().RecordBytes()}
+	if floor := r.FSM().ReadView().Floor; resp.LastIndex >= floor {
+		resp.FirstIndex = floor
+	}
+	addr := func(id string) string {
+		if nd, ok := s.Node(id); ok && nd.ClientAddr != "" {
+			return nd.ClientAddr
+		}
+		return r.FSM().Member(id)
+	}
+	_, leader := rf.LeaderWithID()
+	resp.Log.LeaderID = string(leader)
+	resp.LeaderAddr = addr(string(leader))
+	var servers []raft.Server
+	if f := rf.GetConfiguration(); f.Error() == nil {
+		servers = f.Configuration().Servers
+	}
+	inConfig := map[string]raft.Server{}
+	for _, srv := range servers {
+		inConfig[string(srv.ID)] = srv
+	}
+	seen := map[string]bool{}
+	add := func(id string) {
+		if seen[id] {
+			return
+		}
+		seen[id] = true
+		m := transport.LogMember{NodeID: id, ClientAddr: addr(id), Role: transport.RolePending}
+		srv, ok := inConfig[id]
+		switch {
+		case !ok:
+		case raft.ServerID(id) == leader:
+			m.Role, m.CaughtUp = transport.RoleLeader, true
+		case srv.Suffrage == raft.Voter && slices.Contains(info.Members, id):
+			m.Role = transport.RoleFollower
+		case srv.Suffrage == raft.Voter:
+			m.Role = transport.RoleLeaving
+		default:
+			m.Role = transport.RoleNonvoter
+		}
+		resp.Members = append(resp.Members, m)
+	}
+	for _, id := range info.Members {
+		add(id)
+	}
+	ids := make([]string, 0, len(inConfig))
+	for id := range inConfig {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		add(id)
+	}
+	return resp
+}
+
+// storeFS returns the file system of the node's store and snapshots.
+func (n *Node) storeFS() vfs.FS {
+	if n.fs != nil {
+		return n.fs
+	}
+	return vfs.Default
+}

@@ -1,0 +1,210 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/raftlog/raftlog/client"
+	"github.com/raftlog/raftlog/replica"
+	"github.com/raftlog/raftlog/transport"
+)
+
+// clusterClient dials a Go client to every node of c.
+func clusterClient(t *testing.T, c *testCluster, opts *client.Options) *client.Client {
+	t.Helper()
+	var addrs []string
+	for _, n := range c.nodes {
+		addrs = append(addrs, n.ClientAddr())
+	}
+	slices.Sort(addrs)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cl, err := client.Dial(ctx, addrs, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cl.Close() })
+	return cl
+}
+
+// appendLog appends n records to log g, tagged with prefix, and returns the
+// indexes the cluster acknowledged with the records.
+func appendLog(t *testing.T, ctx context.Context, g *client.Log, prefix string, n int) map[uint64]string {
+	t.Helper()
+	acked := map[uint64]string{}
+	for i := range n {
+		rec := fmt.Sprintf("%s-%d", prefix, i)
+		idx, err := g.Append(ctx, []byte(rec))
+		if err != nil {
+			t.Fatalf("append %s to log %s: %v", rec, g.Name(), err)
+		}
+		acked[idx[0]] = rec
+	}
+	return acked
+}
+
+// readLog reads every record of log g.
+func readLog(t *testing.T, ctx context.Context, g *client.Log) map[uint64]string {
+	t.Helper()
+	got := map[uint64]string{}
+	var from uint64
+	for {
+		recs, next, err := g.Read(ctx, from, client.ReadOptions{})
+		if err != nil {
+			t.Fatalf("read log %s from %d: %v", g.Name(), from, err)
+		}
+		for _, r := range recs {
+			got[r.Index] = string(r.Data)
+		}
+		if len(recs) == 0 {
+			return got
+		}
+		from = next
+	}
+}
+
+// sameMap fails unless got holds exactly want.
+func sameMap(t *testing.T, what string, got, want map[uint64]string) {
+	t.Helper()
+	if len(got) != len(want) {
+		t.Fatalf("%s: %d records, want %d", what, len(got), len(want))
+	}
+	for i, w := range want {
+		if got[i] != w {
+			t.Fatalf("%s: index %d holds %q, want %q", what, i, got[i], w)
+		}
+	}
+}
+
+// Named logs on 3 nodes: each log its own raft group, records kept apart
+// from the default log's and each other's, listed and described; and they
+// survive a restart of every node.
+func TestNamedLogs(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	for _, l := range []struct {
+		name     string
+		replicas uint32
+	}{{"orders", 3}, {"audit", 1}} {
+		info, err := cl.CreateLog(ctx, l.name, client.CreateLogOptions{Replicas: int(l.replicas)})
+		if err != nil {
+			t.Fatalf("create %s: %v", l.name, err)
+		}
+		if info.ID == 0 || len(info.Members) != int(l.replicas) {
+			t.Fatalf("created %+v", info)
+		}
+	}
+	if _, err := cl.CreateLog(ctx, "orders", client.CreateLogOptions{}); !isCode(err, transport.CodeFailedPrecondition) {
+		t.Fatalf("second create of orders: %v, want FailedPrecondition", err)
+	}
+	def := appendLog(t, ctx, cl.Log(transport.DefaultLog), "default", 20)
+	orders := appendLog(t, ctx, cl.Log("orders"), "orders", 50)
+	audit := appendLog(t, ctx, cl.Log("audit"), "audit", 30)
+	sameMap(t, "default", readLog(t, ctx, cl.Log(transport.DefaultLog)), def)
+	sameMap(t, "orders", readLog(t, ctx, cl.Log("orders")), orders)
+	sameMap(t, "audit", readLog(t, ctx, cl.Log("audit")), audit)
+	if _, err := cl.Log("nosuch").Append(ctx, []byte("x")); !isCode(err, transport.CodeNotFound) {
+		t.Fatalf("append to an unknown log: %v, want NotFound", err)
+	}
+
+	logs, err := cl.ListLogs(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, l := range logs {
+		names = append(names, l.Name)
+	}
+	if fmt.Sprint(names) != "[audit default orders]" {
+		t.Fatalf("ListLogs: %v", names)
+	}
+	d, err := cl.Log("orders").Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Log.LeaderID == "" || len(d.Members) != 3 || d.LastIndex < 50 || d.Bytes == 0 {
+		t.Fatalf("DescribeLog orders: %+v", d)
+	}
+
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c.stop(id)
+	}
+	for _, id := range []string{"n1", "n2", "n3"} {
+		c.start(id, nil)
+	}
+	cl2 := clusterClient(t, c, nil)
+	sameMap(t, "orders after a restart", readLog(t, ctx, cl2.Log("orders")), orders)
+	sameMap(t, "audit after a restart", readLog(t, ctx, cl2.Log("audit")), audit)
+	sameMap(t, "default after a restart", readLog(t, ctx, cl2.Log(transport.DefaultLog)), def)
+	more := appendLog(t, ctx, cl2.Log("orders"), "more", 5)
+	for i, r := range more {
+		orders[i] = r
+	}
+	sameMap(t, "orders, appended after a restart", readLog(t, ctx, cl2.Log("orders")), orders)
+}
+
+// Deleting a log removes its data from every member: its raftstore groups
+// and its snapshot directory; the name can then be created again, empty,
+// with a new id.
+func TestDeleteLogDropsData(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	info, err := cl.CreateLog(ctx, "temp", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("temp"), "temp", 40)
+	gs := replica.GroupsOf(info.ID)
+	for id, n := range c.nodes {
+		if !slices.Contains(n.db.Groups(), gs.Live) {
+			t.Fatalf("%s does not hold log temp's group %d before the delete: %v", id, gs.Live, n.db.Groups())
+		}
+	}
+	if _, err := cl.DeleteLog(ctx, "temp"); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for id, n := range c.nodes {
+		for {
+			held := slices.ContainsFunc(n.db.Groups(), func(g uint64) bool { return g == gs.Live || g == gs.ArchiveA || g == gs.ArchiveB })
+			_, statErr := os.Stat(n.logDir(info.ID))
+			if !held && errors.Is(statErr, os.ErrNotExist) && n.host.hosted(info.ID) == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s still holds deleted log temp (groups %v, dir: %v)", id, n.db.Groups(), statErr)
+			}
+			waitApplied(t, c.nodes, 100*time.Millisecond)
+		}
+	}
+	if _, err := cl.Log("temp").Append(ctx, []byte("x")); !isCode(err, transport.CodeNotFound) {
+		t.Fatalf("append to a deleted log: %v, want NotFound", err)
+	}
+	again, err := cl.CreateLog(ctx, "temp", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again.ID == info.ID {
+		t.Fatalf("temp created again with the deleted log's id %d", info.ID)
+	}
+	if got := readLog(t, ctx, cl.Log("temp")); len(got) != 0 {
+		t.Fatalf("temp created again holds %d records of the deleted one", len(got))
+	}
+}
+
+// isCode reports whether err is a transport error of code c.
+func isCode(err error, c transport.Code) bool {
+	var te *transport.Error
+	return errors.As(err, &te) && te.Code == c
+}
