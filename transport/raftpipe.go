@@ -63,7 +63,7 @@ func newRaftPipeline(t *RaftTransport, c *raftClientConn) (*raftPipeline, error)
 		closed:      make(chan struct{}),
 		decoderDone: make(chan struct{}),
 	}
-	if !t.track(p, true) {
+	if !t.mux.track(p, true) {
 		t.discard(c)
 		return nil, raft.ErrTransportShutdown
 	}
@@ -121,7 +121,7 @@ func (p *raftPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft
 // It returns after the first failed response, a failed connection, or
 // Close.
 func (p *raftPipeline) decode() {
-	defer p.t.wg.Done()
+	defer p.t.mux.wg.Done()
 	defer close(p.decoderDone)
 	defer p.failSent()
 	for {
@@ -186,8 +186,8 @@ func (p *raftPipeline) Close() error {
 		p.sendMu.Lock()
 		p.failSent()
 		p.sendMu.Unlock()
-		p.t.untrack(p.c)
-		p.t.untrack(p)
+		p.t.discard(p.c)
+		p.t.mux.untrack(p)
 	})
 	return nil
 }
