@@ -40,7 +40,7 @@ var ErrRaftGroupExists = errors.New("transport: raft group already registered")
 // idle ones per group registered.
 //
 // A request for a group that is not registered (never, or no longer) is
-// answered with an error ("no raft group N on this node"), which the
+// answered with an error ("group N is not on this node"), which the
 // calling raft handles as it does an unreachable peer: it backs off and
 // retries, and its other groups carry on.
 //

@@ -718,7 +718,7 @@ func TestRaftTransportUnknownGroup(t *testing.T) {
 		t.Fatalf("got a %v for group %d, %v; want a RequestVote response for group 5", f.kind, f.group, err)
 	}
 	msg, err := decodeResponse(raftRequestVote, f.body, new(raft.RequestVoteResponse))
-	if err != nil || !strings.Contains(msg, "no raft group 5") {
+	if err != nil || !strings.Contains(msg, "no such raft group: group 5 is not on this node") {
 		t.Fatalf("got %q, %v", msg, err)
 	}
 	select {

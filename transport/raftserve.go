@@ -73,7 +73,7 @@ type raftPending struct {
 
 // errRaftNoGroup is the error a request for a group that is not
 // registered gets. It travels to the caller as text (raftwire.go).
-var errRaftNoGroup = errors.New("transport: raft group not served")
+var errRaftNoGroup = errors.New("transport: no such raft group")
 
 // serveConn answers the requests of one accepted connection. It reads
 // them and hands them to raft in order, while writeResponses writes the
@@ -176,7 +176,7 @@ func (m *RaftMux) serveRequest(conn net.Conn, br *bufio.Reader, queue chan<- *ra
 	switch {
 	case g == nil:
 		m.stats.unknown.Add(1)
-		p.resp <- raft.RPCResponse{Error: fmt.Errorf("%w: no raft group %d on this node", errRaftNoGroup, f.group)}
+		p.resp <- raft.RPCResponse{Error: fmt.Errorf("%w: group %d is not on this node", errRaftNoGroup, f.group)}
 	case isHeartbeat(cmd) && g.hb.Load() != nil:
 		(*g.hb.Load())(rpc)
 	default:
@@ -252,7 +252,7 @@ func (m *RaftMux) writeResponses(conn net.Conn, queue <-chan *raftPending, write
 			select {
 			case r = <-p.resp:
 			case <-p.gone:
-				r = raft.RPCResponse{Error: fmt.Errorf("%w: raft group %d was removed from this node", errRaftNoGroup, p.group)}
+				r = raft.RPCResponse{Error: fmt.Errorf("%w: group %d was removed from this node", errRaftNoGroup, p.group)}
 			case <-m.done:
 				return
 			}

@@ -53,15 +53,15 @@ package transport
 // after another. A node of one group serves group 0. A response carries
 // the group of its request. A request for a group the answering node does
 // not serve (not, or no longer) gets a response whose Error names the
-// group ("no raft group N on this node"), and the connection stays
-// usable. (Nodes built before RaftMux answer a request for any group but
-// 0 with an error response for group 0; a caller reads that as a broken
-// frame, closes the connection, and the call fails as it would anyway.)
-// There is no checksum: TCP
-// (and TLS) protect the bytes, and a frame that breaks a rule closes the
-// connection. Each side bounds the length it accepts (MaxFrameSize) and
-// allocates a body as its bytes arrive, so a peer that announces a large
-// frame and stalls pins little memory.
+// group ("no such raft group: group N is not on this node"), and the
+// connection stays usable. (Nodes built before RaftMux answer a request
+// for any group but 0 with an error response for group 0; a caller reads
+// that as a broken frame, closes the connection, and the call fails as it
+// would anyway.) There is no checksum: TCP (and TLS) protect the bytes,
+// and a frame that breaks a rule closes the connection. Each side bounds
+// the length it accepts (MaxFrameSize) and allocates a body as its bytes
+// arrive, so a peer that announces a large frame and stalls pins little
+// memory.
 //
 // An InstallSnapshot request frame is followed by exactly Size bytes of
 // snapshot data, unframed; its response comes after them, and both sides
