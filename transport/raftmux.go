@@ -67,7 +67,7 @@ type RaftMux struct {
 
 // raftMuxCounters count what a mux did; every field is updated atomically.
 type raftMuxCounters struct {
-	sent, served, unknown, dialled, accepted atomic.Uint64
+	sent, served, unknown, dialled, accepted, idleAnswered atomic.Uint64
 }
 
 // RaftMuxStats are a mux's counters since it started.
@@ -84,6 +84,12 @@ type RaftMuxStats struct {
 	// Dialled and Accepted count connections opened by this node and by
 	// its peers.
 	Dialled, Accepted uint64
+	// IdleAnswered counts the idle AppendEntries answered without being
+	// sent (RaftTransportConfig.IdleAppendWindow).
+	IdleAnswered uint64
+	// Conns is the number of connections open now, dialled (idle in the
+	// pool or in use) and accepted.
+	Conns int
 }
 
 // NewRaftMux returns a mux over stream and starts accepting its
@@ -170,9 +176,18 @@ func (m *RaftMux) Groups() []uint64 {
 
 // Stats returns the mux's counters.
 func (m *RaftMux) Stats() RaftMuxStats {
+	conns := 0
+	m.mu.Lock()
+	for c := range m.open {
+		if _, ok := c.(*raftPipeline); !ok {
+			conns++
+		}
+	}
+	m.mu.Unlock()
 	return RaftMuxStats{
-		Sent: m.stats.sent.Load(), Served: m.stats.served.Load(), UnknownGroup: m.stats.unknown.Load(),
-		Dialled: m.stats.dialled.Load(), Accepted: m.stats.accepted.Load(),
+		Conns: conns,
+		Sent:  m.stats.sent.Load(), Served: m.stats.served.Load(), UnknownGroup: m.stats.unknown.Load(),
+		Dialled: m.stats.dialled.Load(), Accepted: m.stats.accepted.Load(), IdleAnswered: m.stats.idleAnswered.Load(),
 	}
 }
 

@@ -1,3 +1,5 @@
+//lint:file-ignore SA1019 the tests set raft's deprecated Leader field, which raft v1.8.0 still sets and reads
+
 package transport
 
 import (
@@ -289,4 +291,81 @@ func TestRaftMuxBlockedGroup(t *testing.T) {
 	blocked.Close()
 	testwait.Within(t, "the blocked group's calls to fail once it is closed", 10*time.Second, stuck.Wait)
 	bp.Close()
+}
+
+// TestRaftTransportIdleAppendWindow: with IdleAppendWindow set, an idle
+// AppendEntries that repeats one answered with Success within the window
+// gets that answer without being sent; any change, a heartbeat, a failed
+// answer or the window's end sends it.
+func TestRaftTransportIdleAppendWindow(t *testing.T) {
+	server := newTestMux(t, nil)
+	var sent atomic.Int64
+	var fail atomic.Bool
+	serveRPCs(t, muxGroup(t, server, 1), func(rpc raft.RPC) (any, error) {
+		r := rpc.Command.(*raft.AppendEntriesRequest)
+		sent.Add(1)
+		if fail.Load() {
+			return &raft.AppendEntriesResponse{Term: r.Term, LastLog: 1}, nil
+		}
+		return &raft.AppendEntriesResponse{Term: r.Term, LastLog: r.PrevLogEntry + uint64(len(r.Entries)), Success: true}, nil
+	})
+	idle := func(commit uint64) *raft.AppendEntriesRequest {
+		return &raft.AppendEntriesRequest{RPCHeader: testHeader, Term: 2, Leader: []byte("l"), PrevLogEntry: 9, PrevLogTerm: 2, LeaderCommitIndex: commit}
+	}
+	for _, c := range []struct {
+		name   string
+		window time.Duration
+	}{{"off", 0}, {"on", time.Hour}} {
+		t.Run(c.name, func(t *testing.T) {
+			client := muxGroup(t, newTestMux(t, &RaftTransportConfig{Timeout: 5 * time.Second, IdleAppendWindow: c.window}), 1)
+			expect := func(what string, req *raft.AppendEntriesRequest, wantSent bool) {
+				t.Helper()
+				before := sent.Load()
+				var resp raft.AppendEntriesResponse
+				err := client.AppendEntries("s", server.LocalAddr(), req, &resp)
+				if got := sent.Load() - before; err != nil || resp.Term != 2 || got != map[bool]int64{false: 0, true: 1}[wantSent || c.window == 0] {
+					t.Fatalf("%s: %+v, %v, %d sent", what, resp, err, got)
+				}
+			}
+			expect("the first idle request", idle(5), true)
+			for range 3 {
+				expect("a repeat", idle(5), false)
+			}
+			expect("a new commit index", idle(6), true)
+			expect("its repeat", idle(6), false)
+			hb := &raft.AppendEntriesRequest{RPCHeader: testHeader, Term: 2, Leader: []byte("l")}
+			expect("a heartbeat", hb, true)
+			expect("a heartbeat again", hb, true)
+			withEntries := idle(6)
+			withEntries.Entries = []*raft.Log{{Index: 10, Term: 2, Data: []byte("x")}}
+			expect("a request with entries", withEntries, true)
+			expect("the idle request after it", idle(6), true)
+			fail.Store(true)
+			expect("a request answered Success false", idle(7), true)
+			expect("its repeat", idle(7), true)
+			fail.Store(false)
+			expect("a request answered Success", idle(7), true)
+			expect("its repeat", idle(7), false)
+			if n := client.Mux().Stats().IdleAnswered; n != map[bool]uint64{false: 0, true: 5}[c.window > 0] {
+				t.Fatalf("%d requests answered without sending", n)
+			}
+		})
+	}
+
+	// The window's end: a repeat goes out again.
+	client := muxGroup(t, newTestMux(t, &RaftTransportConfig{Timeout: 5 * time.Second, IdleAppendWindow: 20 * time.Millisecond}), 1)
+	var resp raft.AppendEntriesResponse
+	if err := client.AppendEntries("s", server.LocalAddr(), idle(8), &resp); err != nil {
+		t.Fatal(err)
+	}
+	before := sent.Load()
+	deadline := time.Now().Add(10 * time.Second)
+	for sent.Load() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("repeats were still answered without sending after 10s of a 20ms window")
+		}
+		if err := client.AppendEntries("s", server.LocalAddr(), idle(8), &resp); err != nil {
+			t.Fatal(err)
+		}
+	}
 }

@@ -17,10 +17,19 @@ import (
 // every group elects a leader and replicates; a group added while the
 // others run joins; a group removed from one node gets errors there while
 // the others go on; and a group whose follower is stuck (its raft does not
-// read its Consumer) holds up no other group.
+// read its Consumer) holds up no other group. It runs with
+// IdleAppendWindow off and on.
 func TestRaftMuxCluster(t *testing.T) {
+	for _, window := range []time.Duration{0, 100 * time.Millisecond} {
+		t.Run(fmt.Sprintf("IdleAppendWindow=%v", window), func(t *testing.T) {
+			testRaftMuxCluster(t, RaftTransportConfig{Timeout: 5 * time.Second, IdleAppendWindow: window})
+		})
+	}
+}
+
+func testRaftMuxCluster(t *testing.T, tc RaftTransportConfig) {
 	const groups = 8
-	c := newMuxCluster(t, 3, muxTestRaftConfig)
+	c := newMuxCluster(t, 3, tc, muxTestRaftConfig)
 	for g := range uint64(groups) {
 		c.addGroup(g + 1)
 	}
@@ -124,12 +133,15 @@ type muxReplica struct {
 	raft  *raft.Raft
 }
 
-func newMuxCluster(t testing.TB, n int, conf func(*raft.Config)) *muxCluster {
+// newMuxCluster starts n muxes with tc (Logger set here), whose groups
+// get raft's default configuration changed by conf.
+func newMuxCluster(t testing.TB, n int, tc RaftTransportConfig, conf func(*raft.Config)) *muxCluster {
 	c := &muxCluster{t: t, conf: conf, logs: &logSink{}, groups: map[uint64][]*muxReplica{}}
 	for i := range n {
 		id := raft.ServerID(fmt.Sprintf("n%d", i+1))
 		logger := hclog.New(&hclog.LoggerOptions{Name: string(id), Level: hclog.Info, Output: c.logs})
-		m, err := NewRaftMux(tcpLayer{listenLoopback(t)}, &RaftTransportConfig{Timeout: 5 * time.Second, Logger: logger.Named("transport")})
+		tc.Logger = logger.Named("transport")
+		m, err := NewRaftMux(tcpLayer{listenLoopback(t)}, &tc)
 		if err != nil {
 			t.Fatal(err)
 		}
