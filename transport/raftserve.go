@@ -21,8 +21,8 @@ const (
 	raftServerQueue = 64
 	// raftServerReadBuffer and raftServerWriteBuffer size an answering
 	// connection's buffers.
-	raftServerReadBuffer  = 64 << 10
-	raftServerWriteBuffer = 16 << 10
+	raftServerReadBuffer  = 16 << 10
+	raftServerWriteBuffer = 4 << 10
 )
 
 // acceptLoop accepts connections until the stream layer is closed.
