@@ -23,7 +23,9 @@ package transport
 // Heartbeats (which carry no previous entry) are never answered this way:
 // raft's VerifyLeader and its heartbeat goroutine keep their real round
 // trips. A request that differs in any field, an error or a failed answer
-// forgets the remembered one.
+// forgets the remembered one. A pipeline (raftpipe.go) answers from
+// memory only when none of its requests is in flight, so answers reach
+// raft in the order of the requests.
 
 import (
 	"bytes"

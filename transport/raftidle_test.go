@@ -25,7 +25,8 @@ import (
 // they depend on the machine. RAFTLOG_IDLE_COMMIT_TIMEOUT overrides raft's
 // CommitTimeout (the node's is 5ms), to see what it costs;
 // RAFTLOG_IDLE_WINDOW sets the transports' IdleAppendWindow (default 0,
-// off).
+// off); RAFTLOG_IDLE_MAX_IN_FLIGHT their MaxInFlight (the node's default
+// is 1, no pipelining).
 //
 //	RAFTLOG_IDLE_GROUPS=100 go test -run TestRaftMuxIdleGroups -v ./transport
 func TestRaftMuxIdleGroups(t *testing.T) {
@@ -58,7 +59,11 @@ func TestRaftMuxIdleGroups(t *testing.T) {
 	if d, err := time.ParseDuration(os.Getenv("RAFTLOG_IDLE_WINDOW")); err == nil && d > 0 {
 		window = d
 	}
-	tc := RaftTransportConfig{Timeout: 10 * time.Second, MaxPool: 4, MaxInFlight: 1, IdleAppendWindow: window}
+	inFlight := 1
+	if n, err := strconv.Atoi(os.Getenv("RAFTLOG_IDLE_MAX_IN_FLIGHT")); err == nil && n > 0 {
+		inFlight = n
+	}
+	tc := RaftTransportConfig{Timeout: 10 * time.Second, MaxPool: 4, MaxInFlight: inFlight, IdleAppendWindow: window}
 	c := newMuxCluster(t, 3, tc, nodeConf)
 	for g := range uint64(groups) {
 		c.addGroup(g)
@@ -86,17 +91,19 @@ func TestRaftMuxIdleGroups(t *testing.T) {
 	for i, n := range c.nodes {
 		before[i] = n.mux.Stats()
 	}
+	leaders0 := c.leaders()
 	cpu0 := processCPU(t)
 	start := time.Now()
 	time.Sleep(time.Duration(seconds) * time.Second) // the interval measured: nothing to wait for
 	elapsed := time.Since(start)
 	cpu := processCPU(t) - cpu0
+	t.Logf("groups with a leader: %d before the interval, %d after", leaders0, c.leaders())
 
 	perNode := cpu.Seconds() / elapsed.Seconds() / float64(len(c.nodes))
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	t.Logf("%d idle groups on %d nodes, CommitTimeout %v, IdleAppendWindow %v, over %.1fs: process CPU %.3f cores, %.3f cores per node, %.2f ms CPU per group per second per node; %d goroutines, %.0f MiB heap in use",
-		groups, len(c.nodes), commitTimeout, window, elapsed.Seconds(), cpu.Seconds()/elapsed.Seconds(), perNode,
+	t.Logf("%d idle groups on %d nodes, CommitTimeout %v, IdleAppendWindow %v, MaxInFlight %d, over %.1fs: process CPU %.3f cores, %.3f cores per node, %.2f ms CPU per group per second per node; %d goroutines, %.0f MiB heap in use",
+		groups, len(c.nodes), commitTimeout, window, inFlight, elapsed.Seconds(), cpu.Seconds()/elapsed.Seconds(), perNode,
 		1000*perNode/float64(groups), runtime.NumGoroutine(), float64(ms.HeapInuse)/(1<<20))
 	for i, n := range c.nodes {
 		s := n.mux.Stats()
@@ -114,6 +121,22 @@ func TestRaftMuxIdleGroups(t *testing.T) {
 	if os.Getenv("RAFTLOG_IDLE_LOG") != "" {
 		os.WriteFile(os.Getenv("RAFTLOG_IDLE_LOG"), []byte(c.logs.String()), 0o644)
 	}
+}
+
+// leaders returns the number of groups that have a leader.
+func (c *muxCluster) leaders() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	count := 0
+	for _, rs := range c.groups {
+		for _, r := range rs {
+			if r.raft.State() == raft.Leader {
+				count++
+				break
+			}
+		}
+	}
+	return count
 }
 
 // leaderCount returns the number of groups n leads.

@@ -369,3 +369,62 @@ func TestRaftTransportIdleAppendWindow(t *testing.T) {
 		}
 	}
 }
+
+// TestRaftPipelineIdleAppendWindow: a pipeline answers a repeated idle
+// AppendEntries from memory only when nothing else is in flight, and
+// hands every answer to Consumer in order.
+func TestRaftPipelineIdleAppendWindow(t *testing.T) {
+	server := newTestMux(t, nil)
+	var sent atomic.Int64
+	release := make(chan struct{})
+	serveRPCs(t, muxGroup(t, server, 1), func(rpc raft.RPC) (any, error) {
+		r := rpc.Command.(*raft.AppendEntriesRequest)
+		sent.Add(1)
+		if r.LeaderCommitIndex == 99 {
+			<-release
+		}
+		return &raft.AppendEntriesResponse{Term: r.Term, LastLog: r.LeaderCommitIndex, Success: true}, nil
+	})
+	client := muxGroup(t, newTestMux(t, &RaftTransportConfig{Timeout: 5 * time.Second, MaxInFlight: 4, IdleAppendWindow: time.Hour}), 1)
+	p, err := client.AppendEntriesPipeline("s", server.LocalAddr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	idle := func(commit uint64) *raft.AppendEntriesRequest {
+		return &raft.AppendEntriesRequest{RPCHeader: testHeader, Term: 2, PrevLogEntry: 9, PrevLogTerm: 2, LeaderCommitIndex: commit}
+	}
+	send := func(commit uint64) {
+		t.Helper()
+		if _, err := p.AppendEntries(idle(commit), new(raft.AppendEntriesResponse)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	consume := func(want ...uint64) {
+		t.Helper()
+		testwait.Within(t, "the answers", 10*time.Second, func() {
+			for _, w := range want {
+				if f := <-p.Consumer(); f.Error() != nil || f.Response().LastLog != w || f.Request().LeaderCommitIndex != w {
+					t.Errorf("answer %d: %+v, %v", w, f.Response(), f.Error())
+				}
+			}
+		})
+	}
+	send(5)
+	consume(5)
+	send(5)
+	send(5)
+	consume(5, 5)
+	if n := sent.Load(); n != 1 {
+		t.Fatalf("%d requests sent, want the repeats answered from memory", n)
+	}
+	// A request in flight: a repeat behind it is sent, not answered
+	// ahead of it.
+	send(99)
+	send(5)
+	close(release)
+	consume(99, 5)
+	if n := sent.Load(); n != 3 {
+		t.Fatalf("%d requests sent, want 3", n)
+	}
+}

@@ -82,7 +82,8 @@ type RaftTransportConfig struct {
 	// idle groups quiet while every change still goes out at once. The
 	// price: a leader learns of a follower's loss, or of a newer term, up
 	// to IdleAppendWindow later (heartbeats, which raft's leadership checks
-	// use, are always sent). Zero, the default, sends every request.
+	// use, are always sent). It applies to pipelined requests too, when
+	// none is in flight. Zero, the default, sends every request.
 	IdleAppendWindow time.Duration
 	// Logger receives connection errors. Default: a logger named
 	// "raft-transport" writing to stderr.
