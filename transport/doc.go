@@ -66,7 +66,8 @@
 // once, at the first RPC that finds it dead (raft's RPCs may be repeated).
 // Frames are bounded (MaxFrameSize) and allocated as they arrive. It holds
 // no durable state: durability is the LogStore's. Every method is safe for
-// concurrent use; Close returns once every connection and goroutine is
+// concurrent use; the Close of a mux (or of NewRaftTransport's transport,
+// which owns its mux) returns once every connection and goroutine is
 // done.
 //
 // A RaftMux serves many raft groups over one listener and one pool of
@@ -76,6 +77,10 @@
 // raft stalls holds up only its own calls, never another group's; a
 // request for a group not registered is answered with an error, as an
 // unreachable peer would be. NewRaftTransport is a mux of group 0 alone.
+// Idle groups: with IdleAppendWindow set, the AppendEntries that raft
+// sends every CommitTimeout whether or not anything changed are answered
+// from the follower's last answer while that is recent (raftidle.go);
+// heartbeats always go out.
 //
 // # What it does not do
 //

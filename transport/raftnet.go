@@ -1,9 +1,10 @@
 package transport
 
 // RaftTransport: hashicorp/raft's Transport over the raft wire protocol
-// (raftwire.go). This file holds the type, its configuration and the
-// calling side; raftserve.go the answering side; raftpipe.go pipelined
-// AppendEntries.
+// (raftwire.go), for one raft group of a RaftMux (raftmux.go). This file
+// holds the type, its configuration and the calling side; raftserve.go the
+// answering side; raftpipe.go pipelined AppendEntries; raftidle.go the
+// answers to idle AppendEntries given without sending them.
 
 import (
 	"bufio"
