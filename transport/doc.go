@@ -57,7 +57,7 @@
 // RaftTransport is a hashicorp/raft Transport over any raft.StreamLayer
 // (TCP, TLS, or layers over them), speaking its own protocol, documented
 // in raftwire.go: a versioned connection preamble, length-prefixed frames
-// with a raft group id (0 today), and bodies encoded by hand, without
+// with a raft group id, and bodies encoded by hand, without
 // reflection, decoded in place (an AppendEntries of any number of entries
 // costs a fixed number of allocations, and entries alias a buffer raft
 // may keep). Replication is pipelined (raftpipe.go) in a way that cannot
@@ -65,10 +65,24 @@
 // v1.8.0's own pipeline can. Every RPC in progress has a connection of its
 // own, so heartbeats never wait behind a large AppendEntries; idle
 // connections are pooled per peer, and one the peer closed is replaced
-// once, at the first RPC that finds it dead (raft's RPCs may be repeated). Frames are bounded (MaxFrameSize) and
-// allocated as they arrive. It holds no durable state: durability is the
-// LogStore's. Every method is safe for concurrent use; Close returns once
-// every connection and goroutine is done.
+// once, at the first RPC that finds it dead (raft's RPCs may be repeated).
+// Frames are bounded (MaxFrameSize) and allocated as they arrive. It holds
+// no durable state: durability is the LogStore's. Every method is safe for
+// concurrent use; the Close of a mux (or of NewRaftTransport's transport,
+// which owns its mux) returns once every connection and goroutine is
+// done.
+//
+// A RaftMux serves many raft groups over one listener and one pool of
+// connections per peer: each group gets its own RaftTransport (its own
+// Consumer, heartbeat handler and pipelines), added and removed while the
+// others run. Since a connection carries one call at a time, a group whose
+// raft stalls holds up only its own calls, never another group's; a
+// request for a group not registered is answered with an error, as an
+// unreachable peer would be. NewRaftTransport is a mux of group 0 alone.
+// Idle groups: with IdleAppendWindow set, the AppendEntries that raft
+// sends every CommitTimeout whether or not anything changed are answered
+// from the follower's last answer while that is recent (raftidle.go);
+// heartbeats always go out.
 //
 // # What it does not do
 //

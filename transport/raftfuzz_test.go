@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"math"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -77,6 +78,7 @@ func FuzzReadRaftFrame(f *testing.F) {
 	body, _ := appendRequest(nil, raftRequestVote, &raft.RequestVoteRequest{Term: 3})
 	f.Add(frameBytes(uint32(raftHeaderSize+len(body)), raftRequestVote, 0, 0, body))
 	f.Add(frameBytes(raftHeaderSize, raftTimeoutNow, 0, 1<<40, nil))
+	f.Add(frameBytes(raftHeaderSize, raftTimeoutNow|raftResponseBit, 0, math.MaxUint64, nil))
 	f.Add(frameBytes(0xffffffff, raftAppendEntries, 0, 0, nil))
 	f.Add(appendRaftPreamble(nil))
 	f.Add([]byte{0, 0})

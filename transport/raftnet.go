@@ -1,9 +1,10 @@
 package transport
 
 // RaftTransport: hashicorp/raft's Transport over the raft wire protocol
-// (raftwire.go). This file holds the type, its configuration and the
-// calling side; raftserve.go the answering side; raftpipe.go pipelined
-// AppendEntries.
+// (raftwire.go), for one raft group of a RaftMux (raftmux.go). This file
+// holds the type, its configuration and the calling side; raftserve.go the
+// answering side; raftpipe.go pipelined AppendEntries; raftidle.go the
+// answers to idle AppendEntries given without sending them.
 
 import (
 	"bufio"
@@ -11,7 +12,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -73,6 +73,19 @@ type RaftTransportConfig struct {
 	// (see RaftTransport.AppendEntries); an entry that alone does not fit
 	// cannot be sent.
 	MaxFrameSize int
+	// IdleAppendWindow, when positive, answers an idle leader's repeated
+	// AppendEntries without sending them (raftidle.go): an AppendEntries
+	// without entries (not a heartbeat) that repeats field for field the
+	// last one the group sent to that peer, which the peer answered with
+	// Success less than IdleAppendWindow before (counted from its send),
+	// gets that answer again. raft sends one to every follower of every
+	// group every CommitTimeout to twice that, changed or not; this keeps
+	// idle groups quiet while every change still goes out at once. The
+	// price: a leader learns of a follower's loss, or of a newer term, up
+	// to IdleAppendWindow later (heartbeats, which raft's leadership checks
+	// use, are always sent). It applies to pipelined requests too, when
+	// none is in flight. Zero, the default, sends every request.
+	IdleAppendWindow time.Duration
 	// Logger receives connection errors. Default: a logger named
 	// "raft-transport" writing to stderr.
 	Logger hclog.Logger
@@ -101,6 +114,8 @@ func (c RaftTransportConfig) withDefaults() (RaftTransportConfig, error) {
 		return c, fmt.Errorf("%w: MaxPool %d", ErrInvalidRaftConfig, c.MaxPool)
 	case c.MaxInFlight < 0:
 		return c, fmt.Errorf("%w: MaxInFlight %d", ErrInvalidRaftConfig, c.MaxInFlight)
+	case c.IdleAppendWindow < 0:
+		return c, fmt.Errorf("%w: IdleAppendWindow %v", ErrInvalidRaftConfig, c.IdleAppendWindow)
 	case c.MaxFrameSize < minRaftFrameSize || c.MaxFrameSize > maxRaftFrameSize:
 		return c, fmt.Errorf("%w: MaxFrameSize %d is outside [%d, %d]", ErrInvalidRaftConfig, c.MaxFrameSize, minRaftFrameSize, maxRaftFrameSize)
 	}
@@ -108,20 +123,23 @@ func (c RaftTransportConfig) withDefaults() (RaftTransportConfig, error) {
 }
 
 // RaftTransport is a hashicorp/raft Transport (with WithClose and
-// WithPreVote) over a raft.StreamLayer, speaking the raft wire protocol of
-// raftwire.go. The stream layer decides what a connection is (TCP, TLS,
-// anything that wraps them); its Addr is the transport's LocalAddr.
+// WithPreVote) for one raft group of a RaftMux, speaking the raft wire
+// protocol of raftwire.go. The mux's stream layer decides what a
+// connection is (TCP, TLS, anything that wraps them); its Addr is the
+// transport's LocalAddr. NewRaftTransport makes a mux that serves group 0
+// alone, for a node of one raft group.
 //
 // Calls: every RPC but a pipelined AppendEntries takes an idle connection
-// to the peer, or dials one, and returns it to the pool once answered; a
-// pooled connection that turns out closed by the peer before answering is
-// replaced by a fresh one once. A pipeline (AppendEntriesPipeline) has a
-// connection of its own and keeps up to MaxInFlight requests in flight.
+// to the peer from the mux's pool, or dials one, and returns it to the
+// pool once answered; a pooled connection that turns out closed by the
+// peer before answering is replaced by a fresh one once. A pipeline
+// (AppendEntriesPipeline) has a connection of its own and keeps up to
+// MaxInFlight requests in flight.
 //
 // Answers: each accepted connection has a goroutine that reads requests
-// and hands them to Consumer in order, and one that writes the responses
-// in the same order, so the next request is decoded while raft handles
-// the one before.
+// and hands them to their group's Consumer in order, and one that writes
+// the responses in the same order, so the next request is decoded while
+// raft handles the one before.
 //
 // Memory: a received message is decoded in place. The entries of an
 // AppendEntries alias the frame's buffer, which is allocated for that
@@ -129,56 +147,54 @@ func (c RaftTransportConfig) withDefaults() (RaftTransportConfig, error) {
 // for as long as it likes. Frames are built in pooled buffers.
 //
 // Concurrency: every method may be called from any goroutine. Close
-// closes every connection, makes every call in progress return, and waits
-// for the transport's goroutines.
+// removes the group from its mux: it closes the group's connections in
+// use (failing its calls, pipelines and snapshots in progress, and no
+// other group's), answers the requests handed to its Consumer and not yet
+// answered with an error, and from then on the mux answers the group's
+// requests with an error. The transport of NewRaftTransport also closes
+// its mux.
 type RaftTransport struct {
-	stream raft.StreamLayer               // immutable
-	cfg    RaftTransportConfig            // immutable, defaults applied
-	logger hclog.Logger                   // immutable
-	rpcs   chan raft.RPC                  // Consumer's channel; unbuffered
-	done   chan struct{}                  // closed by Close
-	hb     atomic.Pointer[func(raft.RPC)] // the heartbeat handler, if set
+	mux   *RaftMux                       // immutable
+	group uint64                         // immutable: the raft group served
+	owner bool                           // immutable: Close closes mux too (NewRaftTransport)
+	cfg   *RaftTransportConfig           // immutable: the mux's
+	rpcs  chan raft.RPC                  // Consumer's channel; unbuffered
+	done  chan struct{}                  // closed by Close (or the mux's)
+	hb    atomic.Pointer[func(raft.RPC)] // the heartbeat handler, if set
 
 	mu     sync.Mutex
-	closed bool                                     // guarded by mu
-	pool   map[raft.ServerAddress][]*raftClientConn // idle connections; guarded by mu
-	open   map[io.Closer]struct{}                   // every open connection; guarded by mu
-	wg     sync.WaitGroup                           // goroutines: the accept loop, answering connections, pipeline decoders; Add under mu while !closed
+	closed bool                               // guarded by mu
+	inUse  map[io.Closer]struct{}             // the group's connections in use by its calls and pipelines; guarded by mu
+	idle   map[raft.ServerAddress]*idleAppend // per peer, the last idle AppendEntries answered with Success; guarded by mu
 }
 
-// NewRaftTransport returns a transport over stream and starts accepting
-// its connections. A nil cfg means the defaults. The transport owns
-// stream: Close closes it.
+// NewRaftTransport returns the transport of raft group 0 on a new RaftMux
+// over stream, which it starts. A nil cfg means the defaults. The
+// transport owns the mux and stream: Close closes them.
 func NewRaftTransport(stream raft.StreamLayer, cfg *RaftTransportConfig) (*RaftTransport, error) {
-	var c RaftTransportConfig
-	if cfg != nil {
-		c = *cfg
-	}
-	c, err := c.withDefaults()
+	m, err := NewRaftMux(stream, cfg)
 	if err != nil {
 		return nil, err
 	}
-	t := &RaftTransport{
-		stream: stream,
-		cfg:    c,
-		logger: c.Logger,
-		rpcs:   make(chan raft.RPC),
-		done:   make(chan struct{}),
-		pool:   map[raft.ServerAddress][]*raftClientConn{},
-		open:   map[io.Closer]struct{}{},
+	t, err := m.addGroup(0, true)
+	if err != nil {
+		m.Close()
+		return nil, err
 	}
-	t.wg.Add(1)
-	go t.acceptLoop()
 	return t, nil
 }
+
+// Mux returns the mux the transport belongs to.
+func (t *RaftTransport) Mux() *RaftMux { return t.mux }
+
+// Group returns the raft group the transport serves.
+func (t *RaftTransport) Group() uint64 { return t.group }
 
 // Consumer implements raft.Transport.
 func (t *RaftTransport) Consumer() <-chan raft.RPC { return t.rpcs }
 
 // LocalAddr implements raft.Transport: the stream layer's address.
-func (t *RaftTransport) LocalAddr() raft.ServerAddress {
-	return raft.ServerAddress(t.stream.Addr().String())
-}
+func (t *RaftTransport) LocalAddr() raft.ServerAddress { return t.mux.LocalAddr() }
 
 // SetHeartbeatHandler implements raft.Transport. A heartbeat (an
 // AppendEntries with no entries and nothing but the term and the leader
@@ -200,117 +216,110 @@ func (t *RaftTransport) EncodePeer(_ raft.ServerID, addr raft.ServerAddress) []b
 // DecodePeer implements raft.Transport.
 func (t *RaftTransport) DecodePeer(b []byte) raft.ServerAddress { return raft.ServerAddress(b) }
 
-// Close implements raft.WithClose: it closes the stream layer and every
-// connection, and waits for the transport's goroutines. Calls in progress
-// and later calls return raft.ErrTransportShutdown or the error of their
-// closed connection.
+// Close implements raft.WithClose: it removes the group from its mux (see
+// RaftTransport), or closes the mux when the transport owns it
+// (NewRaftTransport). Calls in progress and later calls return
+// raft.ErrTransportShutdown or the error of their closed connection.
+// raft.Raft's Shutdown calls it.
 func (t *RaftTransport) Close() error {
+	t.mux.removeGroup(t)
+	t.shut()
+	if t.owner {
+		return t.mux.Close()
+	}
+	return nil
+}
+
+// shut stops the transport: later calls fail, and the connections its
+// calls and pipelines use are closed.
+func (t *RaftTransport) shut() {
 	t.mu.Lock()
 	if t.closed {
 		t.mu.Unlock()
-		return nil
+		return
 	}
 	t.closed = true
 	close(t.done)
-	open := t.open
-	t.open, t.pool = nil, nil
+	inUse := t.inUse
+	t.inUse = nil
 	t.mu.Unlock()
-	err := t.stream.Close()
-	for c := range open {
+	for c := range inUse {
 		c.Close()
 	}
-	t.wg.Wait()
-	return err
 }
 
-// track registers an open connection, so that Close closes it; it fails
-// once the transport is closed. With goroutine set, it also counts a
-// goroutine in wg.
-func (t *RaftTransport) track(c io.Closer, goroutine bool) bool {
+// acquire records c as in use by one of the group's calls, so that Close
+// closes it; it fails once the transport is closed.
+func (t *RaftTransport) acquire(c io.Closer) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
 		return false
 	}
-	t.open[c] = struct{}{}
-	if goroutine {
-		t.wg.Add(1)
-	}
+	t.inUse[c] = struct{}{}
 	return true
 }
 
-func (t *RaftTransport) untrack(c io.Closer) {
+func (t *RaftTransport) release(c io.Closer) {
 	t.mu.Lock()
-	delete(t.open, c)
+	delete(t.inUse, c)
 	t.mu.Unlock()
 }
 
-// raftClientConn is a connection this transport dialled. It is used by
-// one call at a time (a pooled RPC, or a pipeline whose sends and reads
-// each have their own goroutine and their own half of the connection).
-type raftClientConn struct {
-	target raft.ServerAddress
-	conn   net.Conn
-	br     *bufio.Reader
-	// greeted: the preamble was sent. Owned by the sending goroutine.
-	greeted bool
+// isClosed reports whether the transport, or its mux, is closed.
+func (t *RaftTransport) isClosed() bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return t.mux.isClosed()
+	}
 }
 
-// Close closes the connection.
-func (c *raftClientConn) Close() error { return c.conn.Close() }
-
-// dial opens a connection to target.
-func (t *RaftTransport) dial(target raft.ServerAddress) (*raftClientConn, error) {
-	conn, err := t.stream.Dial(target, t.cfg.Timeout)
+// getConn returns a connection to target, recorded as in use by the
+// group; reused says whether it came from the pool.
+func (t *RaftTransport) getConn(target raft.ServerAddress) (c *raftClientConn, reused bool, err error) {
+	if t.isClosed() {
+		return nil, false, raft.ErrTransportShutdown
+	}
+	c, reused, err = t.mux.getConn(target)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	c := &raftClientConn{target: target, conn: conn, br: bufio.NewReaderSize(conn, 4096)}
-	if !t.track(c, false) {
-		conn.Close()
-		return nil, raft.ErrTransportShutdown
+	if !t.acquire(c) {
+		t.mux.putConn(c)
+		return nil, false, raft.ErrTransportShutdown
 	}
-	return c, nil
+	return c, reused, nil
+}
+
+// putConn hands a healthy connection back to the mux's pool.
+func (t *RaftTransport) putConn(c *raftClientConn) {
+	t.release(c)
+	t.mux.putConn(c)
 }
 
 // discard closes a connection that is not to be reused.
 func (t *RaftTransport) discard(c *raftClientConn) {
-	t.untrack(c)
-	c.Close()
+	t.release(c)
+	t.mux.discard(c)
 }
 
-// getConn returns an idle connection to target, or a new one; reused says
-// which.
-func (t *RaftTransport) getConn(target raft.ServerAddress) (c *raftClientConn, reused bool, err error) {
-	t.mu.Lock()
-	if t.closed {
-		t.mu.Unlock()
-		return nil, false, raft.ErrTransportShutdown
+// dial opens a connection to target of the group's own (a pipeline's, a
+// snapshot's), recorded as in use by the group.
+func (t *RaftTransport) dial(target raft.ServerAddress) (*raftClientConn, error) {
+	if t.isClosed() {
+		return nil, raft.ErrTransportShutdown
 	}
-	if conns := t.pool[target]; len(conns) > 0 {
-		c = conns[len(conns)-1]
-		conns[len(conns)-1] = nil
-		t.pool[target] = conns[:len(conns)-1]
-		t.mu.Unlock()
-		return c, true, nil
+	c, err := t.mux.dial(target)
+	if err != nil {
+		return nil, err
 	}
-	t.mu.Unlock()
-	c, err = t.dial(target)
-	return c, false, err
-}
-
-// putConn returns a healthy connection to the pool, or closes it when the
-// pool is full.
-func (t *RaftTransport) putConn(c *raftClientConn) {
-	t.mu.Lock()
-	if !t.closed && len(t.pool[c.target]) < t.cfg.MaxPool {
-		t.pool[c.target] = append(t.pool[c.target], c)
-		t.mu.Unlock()
-		return
+	if !t.acquire(c) {
+		t.mux.discard(c)
+		return nil, raft.ErrTransportShutdown
 	}
-	delete(t.open, c)
-	t.mu.Unlock()
-	c.Close()
+	return c, nil
 }
 
 // AppendEntriesPipeline implements raft.Transport. It returns
@@ -330,8 +339,17 @@ func (t *RaftTransport) AppendEntriesPipeline(_ raft.ServerID, target raft.Serve
 // exceed MaxFrameSize it sends only the leading entries that fit and cuts
 // args.Entries to them: raft reads args.Entries after the call to learn
 // which entries the follower got, and sends the rest next.
+//
+// With IdleAppendWindow set, a repeated idle AppendEntries may be answered
+// without being sent (raftidle.go).
 func (t *RaftTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	return t.call(target, raftAppendEntries, args, resp)
+	if t.repeated(target, args, resp) {
+		return nil
+	}
+	start := time.Now()
+	err := t.call(target, raftAppendEntries, args, resp)
+	t.remember(target, args, resp, err, start)
+	return err
 }
 
 // RequestVote implements raft.Transport.
@@ -381,15 +399,6 @@ func closedByPeer(err error) bool {
 	return err == io.EOF || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE)
 }
 
-func (t *RaftTransport) isClosed() bool {
-	select {
-	case <-t.done:
-		return true
-	default:
-		return false
-	}
-}
-
 // roundTrip sends one request on c and reads its response into resp. It
 // returns the error raft answered with as rpcErr; err is a failure of the
 // connection, after which c must be discarded.
@@ -417,6 +426,7 @@ func (t *RaftTransport) send(c *raftClientConn, k raftKind, args any) error {
 		return err
 	}
 	c.greeted = true
+	t.mux.stats.sent.Add(1)
 	return nil
 }
 
@@ -428,7 +438,7 @@ func (t *RaftTransport) encodeRequest(b []byte, c *raftClientConn, k raftKind, a
 		b = appendRaftPreamble(b)
 	}
 	start := len(b)
-	b = appendRaftHeader(b, k, 0)
+	b = appendRaftHeader(b, k, t.group)
 	var err error
 	if ae, ok := args.(*raft.AppendEntriesRequest); ok {
 		if err := t.fitEntries(ae); err != nil {
@@ -468,7 +478,7 @@ func (t *RaftTransport) fitEntries(r *raft.AppendEntriesRequest) error {
 			if i == 0 {
 				return fmt.Errorf("%w: entry %d alone encodes to %d bytes, limit %d", ErrFrameTooLarge, e.Index, logLen(e), t.cfg.MaxFrameSize)
 			}
-			t.logger.Debug("AppendEntries larger than a frame; sending its leading entries", "entries", len(r.Entries), "sent", i, "max-frame-size", t.cfg.MaxFrameSize)
+			t.mux.logger.Debug("AppendEntries larger than a frame; sending its leading entries", "entries", len(r.Entries), "sent", i, "max-frame-size", t.cfg.MaxFrameSize)
 			r.Entries = r.Entries[:i]
 			return nil
 		}
@@ -482,7 +492,7 @@ func (t *RaftTransport) receive(c *raftClientConn, k raftKind, resp any) (rpcErr
 	if err != nil {
 		return nil, err
 	}
-	if f.kind != k|raftResponseBit || f.group != 0 {
+	if f.kind != k|raftResponseBit || f.group != t.group {
 		return nil, fmt.Errorf("%w: a %v for group %d in answer to a %v", ErrMalformedFrame, f.kind, f.group, k)
 	}
 	msg, err := decodeResponse(k, f.body, resp)
@@ -531,6 +541,7 @@ func (t *RaftTransport) installSnapshot(c *raftClientConn, args *raft.InstallSna
 		return err
 	}
 	c.greeted = true
+	t.mux.stats.sent.Add(1)
 	if n, err := io.CopyN(bw, data, args.Size); err != nil {
 		if err == io.EOF {
 			err = fmt.Errorf("the snapshot data ended after %d of %d bytes", n, args.Size)

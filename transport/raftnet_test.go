@@ -100,7 +100,7 @@ var testHeader = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []
 
 func TestRaftTransportStartStop(t *testing.T) {
 	tr := newTestTransport(t, nil)
-	if got, want := string(tr.LocalAddr()), tr.stream.Addr().String(); got != want {
+	if got, want := string(tr.LocalAddr()), tr.mux.stream.Addr().String(); got != want {
 		t.Fatalf("LocalAddr %s, want %s", got, want)
 	}
 	testwait.Within(t, "Close", 5*time.Second, func() {
@@ -149,7 +149,7 @@ func TestRaftTransportAppendEntries(t *testing.T) {
 			t.Fatalf("response %+v, want %+v", resp, want)
 		}
 	}
-	if n := len(client.pool[server.LocalAddr()]); n != 1 {
+	if n := len(client.mux.pool[server.LocalAddr()]); n != 1 {
 		t.Fatalf("%d pooled connections after three calls in a row, want 1", n)
 	}
 }
@@ -713,11 +713,13 @@ func TestRaftTransportUnknownGroup(t *testing.T) {
 	if _, err := c.Write(requestFrame(t, raftRequestVote, 5, &raft.RequestVoteRequest{Term: 1})); err != nil {
 		t.Fatal(err)
 	}
-	var resp raft.RequestVoteResponse
-	rc := &raftClientConn{conn: c, br: bufio.NewReader(c)}
-	rpcErr, err := server.receive(rc, raftRequestVote, &resp)
-	if err != nil || rpcErr == nil || !strings.Contains(rpcErr.Error(), "no raft group 5") {
-		t.Fatalf("got %v, %v", rpcErr, err)
+	f, err := readRaftFrame(bufio.NewReader(c), maxRaftFrameSize, nil)
+	if err != nil || f.kind != raftRequestVote|raftResponseBit || f.group != 5 {
+		t.Fatalf("got a %v for group %d, %v; want a RequestVote response for group 5", f.kind, f.group, err)
+	}
+	msg, err := decodeResponse(raftRequestVote, f.body, new(raft.RequestVoteResponse))
+	if err != nil || !strings.Contains(msg, "no such raft group: group 5 is not on this node") {
+		t.Fatalf("got %q, %v", msg, err)
 	}
 	select {
 	case rpc := <-server.Consumer():

@@ -18,7 +18,10 @@ package transport
 // blocking step waits on something that is bound to happen: the window
 // frees when the decoder hands a future over, which raft's consumer takes
 // while it runs; it stops only after a failed future, which has already
-// failed the sends; and Close releases everything.
+// failed the sends; and Close releases everything. A repeated idle
+// request answered from memory (raftidle.go) is handed over by the sender
+// itself, only when nothing else is in flight, and waits the same way:
+// on raft's consumer, or the failure.
 
 import (
 	"sync"
@@ -63,7 +66,7 @@ func newRaftPipeline(t *RaftTransport, c *raftClientConn) (*raftPipeline, error)
 		closed:      make(chan struct{}),
 		decoderDone: make(chan struct{}),
 	}
-	if !t.track(p, true) {
+	if !t.mux.track(p, true) {
 		t.discard(c)
 		return nil, raft.ErrTransportShutdown
 	}
@@ -105,6 +108,21 @@ func (p *raftPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft
 		return nil, p.failErr
 	default:
 	}
+	if len(p.window) == 1 && p.t.repeated(p.c.target, args, resp) {
+		// Answered from memory (raftidle.go). Nothing else is in flight
+		// (each request holds a window token until the decoder has
+		// handed it over), so handing it over here keeps the order.
+		// Consumer drains done until the pipeline fails.
+		f.respond(nil)
+		select {
+		case p.done <- f:
+			<-p.window
+			return f, nil
+		case <-p.failed:
+			<-p.window
+			return nil, p.failErr
+		}
+	}
 	if p.t.cfg.Timeout > 0 {
 		p.c.conn.SetWriteDeadline(time.Now().Add(p.t.cfg.Timeout))
 	}
@@ -121,7 +139,7 @@ func (p *raftPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft
 // It returns after the first failed response, a failed connection, or
 // Close.
 func (p *raftPipeline) decode() {
-	defer p.t.wg.Done()
+	defer p.t.mux.wg.Done()
 	defer close(p.decoderDone)
 	defer p.failSent()
 	for {
@@ -138,6 +156,7 @@ func (p *raftPipeline) decode() {
 		if err == nil {
 			err = rpcErr
 		}
+		p.t.remember(p.c.target, f.args, f.resp, err, f.start)
 		if err != nil || !f.resp.Success || f.resp.Term > f.args.Term {
 			// raft stops consuming at this future: stop taking sends
 			// before handing it over.
@@ -186,8 +205,8 @@ func (p *raftPipeline) Close() error {
 		p.sendMu.Lock()
 		p.failSent()
 		p.sendMu.Unlock()
-		p.t.untrack(p.c)
-		p.t.untrack(p)
+		p.t.discard(p.c)
+		p.t.mux.untrack(p)
 	})
 	return nil
 }

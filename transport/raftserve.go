@@ -21,29 +21,29 @@ const (
 	raftServerQueue = 64
 	// raftServerReadBuffer and raftServerWriteBuffer size an answering
 	// connection's buffers.
-	raftServerReadBuffer  = 64 << 10
-	raftServerWriteBuffer = 16 << 10
+	raftServerReadBuffer  = 16 << 10
+	raftServerWriteBuffer = 4 << 10
 )
 
 // acceptLoop accepts connections until the stream layer is closed.
-func (t *RaftTransport) acceptLoop() {
-	defer t.wg.Done()
+func (m *RaftMux) acceptLoop() {
+	defer m.wg.Done()
 	const minBackoff, maxBackoff = 5 * time.Millisecond, time.Second
 	backoff := minBackoff
 	for {
-		conn, err := t.stream.Accept()
+		conn, err := m.stream.Accept()
 		if err != nil {
-			if t.isClosed() {
+			if m.isClosed() {
 				return
 			}
 			if errors.Is(err, net.ErrClosed) {
-				t.logger.Error("the raft listener was closed; no more raft connections are accepted", "error", err)
+				m.logger.Error("the raft listener was closed; no more raft connections are accepted", "error", err)
 				return
 			}
-			t.logger.Error("failed to accept a raft connection", "error", err)
+			m.logger.Error("failed to accept a raft connection", "error", err)
 			timer := time.NewTimer(backoff)
 			select {
-			case <-t.done:
+			case <-m.done:
 				timer.Stop()
 				return
 			case <-timer.C:
@@ -52,44 +52,53 @@ func (t *RaftTransport) acceptLoop() {
 			continue
 		}
 		backoff = minBackoff
-		if !t.track(conn, true) {
+		if !m.track(conn, true) {
 			conn.Close()
 			return
 		}
-		go t.serveConn(conn)
+		m.stats.accepted.Add(1)
+		go m.serveConn(conn)
 	}
 }
 
 // raftPending is a request handed to raft, waiting for its response.
 type raftPending struct {
-	kind raftKind
-	resp chan raft.RPCResponse
+	kind  raftKind
+	group uint64
+	resp  chan raft.RPCResponse
+	// gone is closed when the group is removed: raft may never answer
+	// then. Nil for a group that is not registered.
+	gone <-chan struct{}
 }
+
+// errRaftNoGroup is the error a request for a group that is not
+// registered gets. It travels to the caller as text (raftwire.go).
+var errRaftNoGroup = errors.New("transport: no such raft group")
 
 // serveConn answers the requests of one accepted connection. It reads
 // them and hands them to raft in order, while writeResponses writes the
 // responses in the same order.
-func (t *RaftTransport) serveConn(conn net.Conn) {
-	defer t.wg.Done()
-	defer t.untrack(conn)
+func (m *RaftMux) serveConn(conn net.Conn) {
+	defer m.wg.Done()
+	defer m.untrack(conn)
 	defer conn.Close()
 	br := bufio.NewReaderSize(conn, raftServerReadBuffer)
-	if err := t.greet(conn, br); err != nil {
-		t.logger.Warn("refused a raft connection", "remote-address", conn.RemoteAddr().String(), "error", err)
+	if err := m.greet(conn, br); err != nil {
+		m.logger.Warn("refused a raft connection", "remote-address", conn.RemoteAddr().String(), "error", err)
 		return
 	}
 	queue := make(chan *raftPending, raftServerQueue)
 	writerDone := make(chan struct{})
-	go t.writeResponses(conn, queue, writerDone)
+	go m.writeResponses(conn, queue, writerDone)
 	defer func() { <-writerDone }()
 	defer close(queue)
 	for {
-		err := t.serveRequest(conn, br, queue, writerDone)
+		err := m.serveRequest(conn, br, queue, writerDone)
 		if err == nil {
 			continue
 		}
-		if err != io.EOF && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errRaftConnDone) && !t.isClosed() {
-			t.logger.Error("failed to serve a raft connection", "remote-address", conn.RemoteAddr().String(), "error", err)
+		if err != io.EOF && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errRaftConnDone) && !m.isClosed() {
+			m.logger.Error("failed to serve a raft connection", "remote-address", conn.RemoteAddr().String(), "error", err)
 		}
 		return
 	}
@@ -102,9 +111,9 @@ var errRaftConnDone = errors.New("transport: raft connection done")
 // greet reads and checks the preamble of an accepted connection. A peer
 // of another version gets this side's preamble back, which tells it the
 // version spoken here.
-func (t *RaftTransport) greet(conn net.Conn, br *bufio.Reader) error {
-	if t.cfg.Timeout > 0 {
-		conn.SetReadDeadline(time.Now().Add(t.cfg.Timeout))
+func (m *RaftMux) greet(conn net.Conn, br *bufio.Reader) error {
+	if m.cfg.Timeout > 0 {
+		conn.SetReadDeadline(time.Now().Add(m.cfg.Timeout))
 	}
 	p := make([]byte, raftPreambleSize)
 	n, err := io.ReadFull(br, p)
@@ -113,8 +122,8 @@ func (t *RaftTransport) greet(conn net.Conn, br *bufio.Reader) error {
 	}
 	if err := checkRaftPreamble(p[:n]); err != nil {
 		if n == raftPreambleSize && string(p[:len(raftMagic)]) == raftMagic {
-			if t.cfg.Timeout > 0 {
-				conn.SetWriteDeadline(time.Now().Add(t.cfg.Timeout))
+			if m.cfg.Timeout > 0 {
+				conn.SetWriteDeadline(time.Now().Add(m.cfg.Timeout))
 			}
 			conn.Write(appendRaftPreamble(nil))
 		}
@@ -126,10 +135,10 @@ func (t *RaftTransport) greet(conn net.Conn, br *bufio.Reader) error {
 
 // serveRequest reads one request and hands it to raft (or to the
 // heartbeat handler), after queueing its response for the writer.
-func (t *RaftTransport) serveRequest(conn net.Conn, br *bufio.Reader, queue chan<- *raftPending, writerDone <-chan struct{}) error {
-	f, err := readRaftFrame(br, t.cfg.MaxFrameSize, func(length int) {
-		if t.cfg.Timeout > 0 {
-			conn.SetReadDeadline(time.Now().Add(snapshotTimeout(t.cfg.Timeout, int64(length))))
+func (m *RaftMux) serveRequest(conn net.Conn, br *bufio.Reader, queue chan<- *raftPending, writerDone <-chan struct{}) error {
+	f, err := readRaftFrame(br, m.cfg.MaxFrameSize, func(length int) {
+		if m.cfg.Timeout > 0 {
+			conn.SetReadDeadline(time.Now().Add(snapshotTimeout(m.cfg.Timeout, int64(length))))
 		}
 	})
 	if err != nil {
@@ -143,12 +152,17 @@ func (t *RaftTransport) serveRequest(conn net.Conn, br *bufio.Reader, queue chan
 	if err != nil {
 		return err
 	}
-	p := &raftPending{kind: f.kind, resp: make(chan raft.RPCResponse, 1)}
+	m.stats.served.Add(1)
+	g := m.group(f.group)
+	p := &raftPending{kind: f.kind, group: f.group, resp: make(chan raft.RPCResponse, 1)}
+	if g != nil {
+		p.gone = g.done
+	}
 	rpc := raft.RPC{Command: cmd, RespChan: p.resp}
 	snap, isSnap := cmd.(*raft.InstallSnapshotRequest)
 	if isSnap {
-		if t.cfg.Timeout > 0 {
-			conn.SetReadDeadline(time.Now().Add(snapshotTimeout(t.cfg.Timeout, snap.Size)))
+		if m.cfg.Timeout > 0 {
+			conn.SetReadDeadline(time.Now().Add(snapshotTimeout(m.cfg.Timeout, snap.Size)))
 		}
 		rpc.Reader = io.LimitReader(br, snap.Size)
 	}
@@ -156,19 +170,21 @@ func (t *RaftTransport) serveRequest(conn net.Conn, br *bufio.Reader, queue chan
 	case queue <- p:
 	case <-writerDone:
 		return errRaftConnDone
-	case <-t.done:
+	case <-m.done:
 		return errRaftConnDone
 	}
 	switch {
-	case f.group != 0:
-		// Not served here yet: one raft group per transport.
-		p.resp <- raft.RPCResponse{Error: fmt.Errorf("transport: no raft group %d on this node", f.group)}
-	case isHeartbeat(cmd) && t.hb.Load() != nil:
-		(*t.hb.Load())(rpc)
+	case g == nil:
+		m.stats.unknown.Add(1)
+		p.resp <- raft.RPCResponse{Error: fmt.Errorf("%w: group %d is not on this node", errRaftNoGroup, f.group)}
+	case isHeartbeat(cmd) && g.hb.Load() != nil:
+		(*g.hb.Load())(rpc)
 	default:
 		select {
-		case t.rpcs <- rpc:
-		case <-t.done:
+		case g.rpcs <- rpc:
+		case <-g.done:
+			// The writer answers: the group was removed.
+		case <-m.done:
 			return errRaftConnDone
 		}
 	}
@@ -199,7 +215,7 @@ func isHeartbeat(cmd any) bool {
 // flushing whenever the next response is not ready yet. It closes the
 // connection when it stops: after a failed write, after the response to
 // an InstallSnapshot, or when the queue closes.
-func (t *RaftTransport) writeResponses(conn net.Conn, queue <-chan *raftPending, writerDone chan<- struct{}) {
+func (m *RaftMux) writeResponses(conn net.Conn, queue <-chan *raftPending, writerDone chan<- struct{}) {
 	defer close(writerDone)
 	defer conn.Close()
 	bw := bufio.NewWriterSize(conn, raftServerWriteBuffer)
@@ -218,7 +234,7 @@ func (t *RaftTransport) writeResponses(conn net.Conn, queue <-chan *raftPending,
 			}
 			select {
 			case p, ok = <-queue:
-			case <-t.done:
+			case <-m.done:
 				return
 			}
 		}
@@ -235,19 +251,21 @@ func (t *RaftTransport) writeResponses(conn net.Conn, queue <-chan *raftPending,
 			}
 			select {
 			case r = <-p.resp:
-			case <-t.done:
+			case <-p.gone:
+				r = raft.RPCResponse{Error: fmt.Errorf("%w: group %d was removed from this node", errRaftNoGroup, p.group)}
+			case <-m.done:
 				return
 			}
 		}
-		b := appendRaftHeader((*bp)[:0], p.kind|raftResponseBit, 0)
+		b := appendRaftHeader((*bp)[:0], p.kind|raftResponseBit, p.group)
 		b = appendResponse(b, p.kind, r.Response, r.Error)
 		*bp = b
-		if err := finishRaftFrame(b, 0, t.cfg.MaxFrameSize); err != nil {
-			t.logger.Error("failed to encode a raft response", "kind", p.kind, "error", err)
+		if err := finishRaftFrame(b, 0, m.cfg.MaxFrameSize); err != nil {
+			m.logger.Error("failed to encode a raft response", "kind", p.kind, "error", err)
 			return
 		}
-		if t.cfg.Timeout > 0 {
-			conn.SetWriteDeadline(time.Now().Add(t.cfg.Timeout))
+		if m.cfg.Timeout > 0 {
+			conn.SetWriteDeadline(time.Now().Add(m.cfg.Timeout))
 		}
 		if _, err := bw.Write(b); err != nil {
 			return

@@ -38,7 +38,7 @@ package transport
 //	|     kind      |   flags = 0   |         reserved = 0          |  4
 //	+---------------+---------------+-------------------------------+
 //	|                                                               |  8
-//	+                group: the raft group (0 today)                +
+//	+                 group: the raft group's id                    +
 //	|                                                               | 12
 //	+---------------------------------------------------------------+
 //	|                body: length - 12 bytes ...                    | 16
@@ -47,13 +47,21 @@ package transport
 // The kind is the RPC (1 AppendEntries, 2 RequestVote, 3 RequestPreVote,
 // 4 TimeoutNow, 5 InstallSnapshot); a response has the kind of its request
 // with the high bit set (0x81 answers AppendEntries). Flags and reserved
-// must be zero. The group names the raft group the RPC is for, so that one
-// listener may serve several groups later; today only group 0 exists, and
-// a request for another gets an error response. There is no checksum: TCP
-// (and TLS) protect the bytes, and a frame that breaks a rule closes the
-// connection. Each side bounds the length it accepts (MaxFrameSize) and
-// allocates a body as its bytes arrive, so a peer that announces a large
-// frame and stalls pins little memory.
+// must be zero. The group names the raft group the RPC is for: one
+// listener and one set of connections serve every raft group of a node
+// (RaftMux), and a connection may carry requests of different groups one
+// after another. A node of one group serves group 0. A response carries
+// the group of its request. A request for a group the answering node does
+// not serve (not, or no longer) gets a response whose Error names the
+// group ("no such raft group: group N is not on this node"), and the
+// connection stays usable. (Nodes built before RaftMux answer a request
+// for any group but 0 with an error response for group 0; a caller reads
+// that as a broken frame, closes the connection, and the call fails as it
+// would anyway.) There is no checksum: TCP (and TLS) protect the bytes,
+// and a frame that breaks a rule closes the connection. Each side bounds
+// the length it accepts (MaxFrameSize) and allocates a body as its bytes
+// arrive, so a peer that announces a large frame and stalls pins little
+// memory.
 //
 // An InstallSnapshot request frame is followed by exactly Size bytes of
 // snapshot data, unframed; its response comes after them, and both sides
