@@ -52,6 +52,12 @@ type Store struct {
 	// began, or -1: until the batch sets first, it keeps releaseSegments
 	// from removing the segments that batch is written to.
 	pin atomic.Int64
+	// dropped is set by DB.DropGroup under wmu, before it closes the
+	// index files under rw: a writer (under wmu) or a reader (under rw)
+	// that sees it false works on the group as it was.
+	dropped atomic.Bool
+	// size is the last estimate of Size, or nil.
+	size atomic.Pointer[sizeEstimate]
 }
 
 // Open opens (or creates) the store in dir: group 0 of a DB of its own
@@ -85,10 +91,14 @@ func (s *Store) Close() error {
 	return s.closedErr()
 }
 
-// closedErr returns ErrClosed once the DB is closed, and nil before.
+// closedErr returns ErrClosed once the DB is closed, an error wrapping
+// ErrGroupDropped once the group is dropped, and nil before.
 func (s *Store) closedErr() error {
 	if s.db.closed.Load() {
 		return ErrClosed
+	}
+	if s.dropped.Load() {
+		return fmt.Errorf("%w: group %d", ErrGroupDropped, s.group)
 	}
 	return nil
 }
@@ -448,19 +458,23 @@ func (s *Store) pinnedBytes() int64 {
 }
 
 // syncIndex makes the dirty index slots durable and returns the group's
-// indexes for the checkpoint.
-func (s *Store) syncIndex() (groupState, error) {
+// indexes for the checkpoint; false for a dropped group, which the
+// checkpoint leaves out.
+func (s *Store) syncIndex() (groupState, bool, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if s.dropped.Load() {
+		return groupState{}, false, nil
+	}
 	for _, f := range *s.files.Load() {
 		if err := f.sync(); err != nil {
-			return groupState{}, err
+			return groupState{}, false, err
 		}
 	}
 	// Every record of this group below the end of the log is reflected in
 	// the state, and none after: the write lock keeps the group's writers
 	// out while both are read.
-	return groupState{group: s.group, first: s.first.Load(), last: s.last.Load(), commit: s.commit.Load(), from: s.db.log.End()}, nil
+	return groupState{group: s.group, first: s.first.Load(), last: s.last.Load(), commit: s.commit.Load(), from: s.db.log.End()}, true, nil
 }
 
 // StageCommitIndex stages a commit index; the next StoreLogs persists it
@@ -489,6 +503,9 @@ func (s *Store) GetCommitIndex() (uint64, error) {
 func (s *Store) Set(key, val []byte) error {
 	if key == nil {
 		key = []byte{}
+	}
+	if err := s.closedErr(); err != nil {
+		return err
 	}
 	return s.db.setStable(s.group, key, val)
 }
