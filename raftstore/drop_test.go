@@ -512,3 +512,36 @@ func TestDropGroupReleasesSegments(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestDropGroupFloorAfterCut drops a group, creates it again, and has a
+// repair cut the whole log (CutLog at its first position), so that the
+// end of the log falls below the group's floor: the group's next entries
+// are written below the floor and must survive a crash all the same.
+func TestDropGroupFloorAfterCut(t *testing.T) {
+	e := newDGEnv(t, 1, SyncFlush)
+	if err := e.db.DropGroup(2); err != nil {
+		t.Fatal(err)
+	}
+	delete(e.terms, 2)
+	e.models[2] = &ctModel{}
+	e.store(2, dgEntries(5, 3, 2))
+	if err := e.db.Close(); err != nil {
+		t.Fatal(err)
+	}
+	in, err := Inspect(crDir, e.opts, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := CutLog(crDir, e.opts, in.Log.First); err != nil {
+		t.Fatal(err)
+	}
+	for g := range e.models {
+		e.models[g] = &ctModel{}
+	}
+	e.open()
+	e.check("after the cut")
+	e.store(2, dgEntries(20, 4, 3))
+	e.crash(0)
+	e.check("after a crash")
+	e.db.Close()
+}
