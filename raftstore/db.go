@@ -183,7 +183,7 @@ func (db *DB) openGroup(group uint64) (*Store, error) {
 		if !ok {
 			continue
 		}
-		f, err := openIndexFile(db.fs, dir, base, false)
+		f, err := openIndexFile(db.fs, dir, base, false, 0)
 		if err != nil {
 			closeIndexFiles(files)
 			return nil, err

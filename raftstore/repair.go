@@ -310,7 +310,13 @@ func indexReferences(o Options, dir string, states []groupState, positions []int
 			if err != nil {
 				return nil
 			}
-			_, err = f.ReadAt(buf, 0)
+			// A file holds up to indexFileSize bytes; slots past its end
+			// are empty (index.go).
+			size, err := f.Size()
+			clear(buf)
+			if err == nil {
+				_, err = f.ReadAt(buf[:min(size, indexFileSize)], 0)
+			}
 			f.Close()
 			if err != nil {
 				return nil

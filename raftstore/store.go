@@ -278,11 +278,25 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-// ensureIndexFiles creates the index files for [lo, hi]. wmu must be held.
+// ensureIndexFiles creates the index files for [lo, hi], and grows those
+// that do not reach the slots of [lo, hi] yet. wmu must be held.
 func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 	files := *s.files.Load()
-	if len(files) > 0 && files.find(lo) != nil && files.find(hi) != nil {
-		return nil
+	// need returns how many slots of the file at b [lo, hi] needs.
+	need := func(b uint64) uint64 {
+		if b > hi || b+indexSlotsPerFile-1 < lo {
+			return 0
+		}
+		return min(hi, b+indexSlotsPerFile-1) - b + 1
+	}
+	if files.find(lo) != nil && files.find(hi) != nil {
+		enough := true
+		for b := fileBase(lo); b <= hi && enough; b += indexSlotsPerFile {
+			enough = need(b) <= files.find(b).slots()
+		}
+		if enough {
+			return nil
+		}
 	}
 	// Keep the run contiguous: drop files that cannot join it (only after
 	// everything was deleted), then add what is missing on either side.
@@ -299,12 +313,16 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 		to = max(to, files[len(files)-1].base)
 	}
 	var next, created indexFiles
+	grow := map[int]uint64{} // index in next -> slots
 	for b := from; b <= to; b += indexSlotsPerFile {
 		if f := files.find(b); f != nil {
+			if n := need(b); n > f.slots() {
+				grow[len(next)] = n
+			}
 			next = append(next, f)
 			continue
 		}
-		f, err := openIndexFile(s.db.fs, s.dir, b, true)
+		f, err := openIndexFile(s.db.fs, s.dir, b, true, indexFileSizeFor(need(b)))
 		if err != nil {
 			closeIndexFiles(created)
 			return err
@@ -319,9 +337,21 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 		}
 	}
 	s.rw.Lock()
+	defer s.rw.Unlock()
+	var err error
+	for k, n := range grow {
+		g, broken, gerr := next[k].grown(n)
+		if gerr != nil {
+			if broken {
+				s.db.fail(gerr)
+			}
+			err = gerr
+			continue
+		}
+		next[k] = g
+	}
 	s.files.Store(&next)
-	s.rw.Unlock()
-	return nil
+	return err
 }
 
 // dropIndexFiles removes the index files drop selects. wmu must be held.
