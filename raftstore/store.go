@@ -83,7 +83,8 @@ func (s *Store) Group() uint64 { return s.group }
 // calls return afterwards). Call it after raft has shut down
 // (raft.Shutdown().Error() returned): raft calls the store until then.
 // For a Store from a DB it does nothing but return ErrClosed once the DB
-// is closed: close the DB.
+// is closed (and an error wrapping ErrGroupDropped once its group is
+// dropped): close the DB.
 func (s *Store) Close() error {
 	if s.own {
 		return s.db.Close()
