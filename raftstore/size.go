@@ -1,6 +1,7 @@
 package raftstore
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/raftlog/raftlog/commitlog"
@@ -59,7 +60,9 @@ func (s *Store) Size() (GroupSize, error) {
 			return GroupSize{}, err
 		}
 		est = &sizeEstimate{first: first, last: last, mean: mean}
-		s.size.Store(est)
+		if mean > 0 {
+			s.size.Store(est)
+		}
 	}
 	return GroupSize{First: first, Last: last, Entries: n, Bytes: int64(est.mean*float64(n) + 0.5)}, nil
 }
@@ -81,6 +84,7 @@ func (s *Store) sampleSize(first, last uint64) (float64, error) {
 	k := min(n, sizeSamples)
 	files := s.files.Load()
 	var total int64
+	read := 0
 	for j := uint64(0); j < k; j++ {
 		i := first
 		if k > 1 {
@@ -95,10 +99,17 @@ func (s *Store) sampleSize(first, last uint64) (float64, error) {
 			return 0, fmt.Errorf("%w: index %s has no slot for %d", ErrCorrupt, f.path, i)
 		}
 		rec, err := s.db.log.Read(pos)
+		if errors.Is(err, commitlog.ErrNotFound) && s.first.Load() > i {
+			continue // compacted while we read
+		}
 		if err != nil {
 			return 0, closedAs(fmt.Errorf("raftstore: group %d size: index %d: %w", s.group, i, err))
 		}
 		total += commitlog.HeaderSize + int64(len(rec.Payload))
+		read++
 	}
-	return float64(total) / float64(k), nil
+	if read == 0 {
+		return 0, nil
+	}
+	return float64(total) / float64(read), nil
 }
