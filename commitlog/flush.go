@@ -239,8 +239,10 @@ func (l *Log) housekeeping() {
 }
 
 // Checkpoint writes the checkpoint file now, with fresh meta from
-// Options.CheckpointMeta. The checkpoint records the durable position, so
-// call Sync first to make it cover everything written.
+// Options.CheckpointMeta (or, when a checkpoint whose meta was taken
+// after this one's is written first, leaves that one in place). The
+// checkpoint records the durable position, so call Sync first to make it
+// cover everything written.
 func (l *Log) Checkpoint() error {
 	if err := l.closedErr(); err != nil {
 		return err

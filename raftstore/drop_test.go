@@ -6,6 +6,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -544,4 +546,93 @@ func TestDropGroupFloorAfterCut(t *testing.T) {
 	e.crash(0)
 	e.check("after a crash")
 	e.db.Close()
+}
+
+// TestDropGroupWhileReading drops a group while goroutines read it, write
+// and read another group and take checkpoints: every read of the dropped
+// group returns its entry or ErrGroupDropped, and only the latter once
+// DropGroup has returned; the other group is untouched.
+func TestDropGroupWhileReading(t *testing.T) {
+	db, err := OpenDB(t.TempDir(), &Options{SegmentSize: 64 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	a, _ := db.Store(1)
+	b, _ := db.Store(2)
+	logs := ctEntries(1, 600, 1, 100)
+	if err := b.StoreLogs(logs); err != nil {
+		t.Fatal(err)
+	}
+	ma := &ctModel{}
+	var dropped atomic.Bool
+	stop := make(chan struct{})
+	errs := make(chan error, 8)
+	var wg sync.WaitGroup
+	for r := 0; r < 3; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			var out raft.Log
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					errs <- nil
+					return
+				default:
+				}
+				idx := uint64(1 + (i*7+r)%600)
+				after := dropped.Load()
+				err := b.GetLog(idx, &out)
+				switch {
+				case errors.Is(err, ErrGroupDropped):
+				case err != nil:
+					errs <- fmt.Errorf("GetLog(%d) while dropping: %v", idx, err)
+					return
+				case after:
+					errs <- fmt.Errorf("GetLog(%d) after DropGroup returned an entry", idx)
+					return
+				default:
+					if err := ctLogsEqual(&out, logs[idx-1]); err != nil {
+						errs <- fmt.Errorf("GetLog(%d) while dropping: %v", idx, err)
+						return
+					}
+				}
+			}
+		}(r)
+	}
+	wg.Add(1)
+	go func() { // another group writes, and checkpoints run
+		defer wg.Done()
+		for i := 0; i < 200; i++ {
+			l := ctEntries(uint64(i+1), 1, 1, 50)
+			if err := a.StoreLogs(l); err != nil {
+				errs <- err
+				return
+			}
+			ma.store(l, 0)
+			if i%20 == 0 {
+				if err := db.log.Checkpoint(); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}
+		errs <- nil
+	}()
+	if err := db.DropGroup(2); err != nil {
+		t.Fatal(err)
+	}
+	dropped.Store(true)
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ctCheckStore(a, ma); err != nil {
+		t.Fatal(err)
+	}
 }
