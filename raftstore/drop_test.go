@@ -352,10 +352,10 @@ func dgCrashOnce(t *testing.T, seed int64, flush FlushMode, st dgStep, mode int)
 		}
 	}
 	e.crash(mode)
-	if st.durable || e.db.stable.hasGroup(2) == false && st.either {
+	if st.durable || st.either && !e.db.stable.hasGroup(2) {
 		e.models[2] = nil
 		delete(e.terms, 2)
-	} else if flush == AsyncFlush && mode != 1 && !slices.Contains(e.db.Groups(), 2) {
+	} else if !slices.Contains(e.db.Groups(), 2) {
 		t.Fatalf("seed %d: group 2 is gone after a drop that failed before its stable write (%v)", seed, err)
 	} else {
 		e.models[2] = oldModel
