@@ -8,8 +8,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
+	"github.com/raftlog/raftlog/commitlog/faultfs"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 )
 
@@ -594,4 +597,58 @@ func FuzzDecodeCheckpoint(f *testing.F) {
 			t.Fatalf("re-encoded slot differs from the input for %+v", c)
 		}
 	})
+}
+
+// TestCheckpointOlderMetaNeverReplacesNewer takes two checkpoints at once:
+// the first one's meta hook runs first but is held until the second has
+// written its checkpoint. The first must then write nothing: the newest
+// meta taken stays the one a reopen reads, as a caller that acted on it
+// (raftstore forgets a dropped group) relies on.
+func TestCheckpointOlderMetaNeverReplacesNewer(t *testing.T) {
+	fs := faultfs.New(1)
+	var calls atomic.Int32
+	entered, release := make(chan struct{}), make(chan struct{})
+	opts := &Options{
+		FS:                 fs,
+		CheckpointInterval: time.Hour,
+		CheckpointMeta: func() ([]byte, error) {
+			switch calls.Add(1) {
+			case 1:
+				close(entered)
+				<-release
+				return []byte("older"), nil
+			case 2:
+				return []byte("newer"), nil
+			}
+			return []byte("later"), nil
+		},
+	}
+	l, err := Open("/log", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := l.Append([]byte("x")); err != nil {
+		t.Fatal(err)
+	}
+	first := make(chan error, 1)
+	go func() { first <- l.Checkpoint() }()
+	<-entered
+	if err := l.Checkpoint(); err != nil {
+		t.Fatal(err)
+	}
+	close(release)
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	fs = fs.CrashKeepAll()
+	l.Close() // fails: the old file system is gone
+	opts.FS = fs
+	l, err = Open("/log", opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if got := string(l.Meta()); got != "newer" {
+		t.Fatalf("checkpoint meta after reopen = %q, want %q (the meta taken last)", got, "newer")
+	}
 }

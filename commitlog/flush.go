@@ -239,8 +239,10 @@ func (l *Log) housekeeping() {
 }
 
 // Checkpoint writes the checkpoint file now, with fresh meta from
-// Options.CheckpointMeta. The checkpoint records the durable position, so
-// call Sync first to make it cover everything written.
+// Options.CheckpointMeta (or, when a checkpoint whose meta was taken
+// after this one's is written first, leaves that one in place). The
+// checkpoint records the durable position, so call Sync first to make it
+// cover everything written.
 func (l *Log) Checkpoint() error {
 	if err := l.closedErr(); err != nil {
 		return err
@@ -252,9 +254,15 @@ func (l *Log) Checkpoint() error {
 }
 
 // writeCheckpoint writes the durable state to the checkpoint file. The meta
-// hook runs with no lock of the log held.
+// hook runs with no lock of the log held, so two checkpoints (the
+// background one, and one a caller asked for) may take their meta in one
+// order and reach the file in the other: the one whose meta is older then
+// writes nothing, since the newer meta covers what it would say and a
+// caller may rely on what it no longer says (raftstore forgets a dropped
+// group once a checkpoint without it is written).
 func (l *Log) writeCheckpoint() error {
 	truncations := l.truncations.Load()
+	turn := l.cpTurns.Add(1)
 	var meta []byte
 	hooked := l.opts.CheckpointMeta != nil
 	if hooked {
@@ -270,10 +278,17 @@ func (l *Log) writeCheckpoint() error {
 		// checkpoint will carry fresh meta.
 		return nil
 	}
+	if hooked && turn < l.cpWritten {
+		return nil // a checkpoint with newer meta is written
+	}
 	if !hooked {
 		meta = l.lastMeta
 	}
-	return l.writeCheckpointLocked(meta)
+	if err := l.writeCheckpointLocked(meta); err != nil {
+		return err
+	}
+	l.cpWritten = max(l.cpWritten, turn)
+	return nil
 }
 
 // writeCheckpointLocked writes a checkpoint with meta. cpMu must be held.

@@ -111,6 +111,11 @@ type Log struct {
 	// cpMu serialises checkpoint writes.
 	cpMu     sync.Mutex
 	lastMeta []byte // cpMu: meta of the last checkpoint written
+	// cpTurns numbers checkpoint writes in the order their meta was
+	// taken; cpWritten is the number of the last one written (cpMu), so
+	// that meta taken earlier never replaces a later one.
+	cpTurns   atomic.Uint64
+	cpWritten uint64
 
 	// syncMu is held while syncing and while the durable state changes.
 	syncMu        sync.Mutex

@@ -2,9 +2,12 @@ package raftstore
 
 import (
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/hashicorp/raft"
+	"github.com/raftlog/raftlog/commitlog"
 )
 
 // fillStore stores n entries of size bytes in batches of 64.
@@ -69,6 +72,81 @@ func BenchmarkStoreLogs(b *testing.B) {
 				}
 			}
 			b.ReportMetric(float64(b.N*batch)/b.Elapsed().Seconds(), "entries/s")
+		})
+	}
+}
+
+// gcCounter counts the commit log's records and syncs (Options.Metrics).
+type gcCounter struct{ appends, syncs atomic.Uint64 }
+
+func (c *gcCounter) IncCounter(name string, delta uint64) {
+	switch name {
+	case commitlog.MetricAppends:
+		c.appends.Add(delta)
+	case commitlog.MetricSyncs:
+		c.syncs.Add(delta)
+	}
+}
+
+func (c *gcCounter) Observe(string, float64) {}
+
+// BenchmarkGroupCommit has 1, 8 and 64 groups of one DB call StoreLogs of
+// 16 x 1 KiB at once, each from a goroutine of its own as raft has one
+// StoreLogs caller per group, with SyncFlush: b.N calls in all. It reports
+// entries/s over all groups and the commit log's records per fdatasync,
+// which show one sync completing the calls of many groups (the shared
+// group commit); the checkpoint's syncs are not counted.
+func BenchmarkGroupCommit(b *testing.B) {
+	for _, n := range []int{1, 8, 64} {
+		b.Run(fmt.Sprintf("groups=%d", n), func(b *testing.B) {
+			c := &gcCounter{}
+			db, err := OpenDB(b.TempDir(), &Options{Metrics: c, NoGoMetrics: true})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer db.Close()
+			stores := make([]*Store, n)
+			for g := range stores {
+				if stores[g], err = db.Store(uint64(g + 1)); err != nil {
+					b.Fatal(err)
+				}
+				fillStore(b, stores[g], 16, 1024) // creates its index file
+			}
+			data := make([]byte, 1024)
+			var calls atomic.Int64
+			appends0, syncs0 := c.appends.Load(), c.syncs.Load()
+			b.ResetTimer()
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for _, s := range stores {
+				wg.Add(1)
+				go func(s *Store) {
+					defer wg.Done()
+					next := uint64(17)
+					logs := make([]*raft.Log, 16)
+					for calls.Add(1) <= int64(b.N) {
+						for j := range logs {
+							logs[j] = &raft.Log{Index: next, Term: 1, Data: data}
+							next++
+						}
+						if err := s.StoreLogs(logs); err != nil {
+							errs <- err
+							return
+						}
+					}
+				}(s)
+			}
+			wg.Wait()
+			b.StopTimer()
+			close(errs)
+			if err := <-errs; err != nil {
+				b.Fatal(err)
+			}
+			records, syncs := c.appends.Load()-appends0, c.syncs.Load()-syncs0
+			b.ReportMetric(float64(b.N*16)/b.Elapsed().Seconds(), "entries/s")
+			if syncs > 0 {
+				b.ReportMetric(float64(records)/float64(syncs), "records/fdatasync")
+			}
 		})
 	}
 }

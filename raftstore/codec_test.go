@@ -3,6 +3,7 @@ package raftstore
 import (
 	"bytes"
 	"encoding/binary"
+	"maps"
 	"math"
 	"reflect"
 	"strings"
@@ -235,17 +236,26 @@ func TestCodecStableRoundTrip(t *testing.T) {
 		{0: {}},
 		{1: {"CurrentTerm": {0, 0, 0, 0, 0, 0, 0, 7}}},
 		{1: {"": nil, "a": {}, "b": []byte("v")}, math.MaxUint64: {"k": bytes.Repeat([]byte{1}, 70_000)}},
+		{1: {"CurrentTerm": {0, 0, 0, 0, 0, 0, 0, 7}}},
+		{},
+	}
+	floors := []stableFloors{nil, nil, nil, nil,
+		{1: 4096, 2: 0, math.MaxUint64: math.MaxInt64}, // group 1 created again after a drop; 2 and MaxUint64 dropped
+		{7: 1},
 	}
 	for i, st := range states {
-		b := encodeStable(st)
-		got, err := decodeStable(b)
+		b := encodeStable(st, floors[i])
+		got, gotFloors, err := decodeStable(b)
 		if err != nil {
 			t.Fatalf("state %d: %v", i, err)
 		}
-		if !ccStableEqual(got, st) {
-			t.Fatalf("state %d: decoded %v, want %v", i, got, st)
+		if !ccStableEqual(got, st) || !maps.Equal(gotFloors, floors[i]) && len(gotFloors)+len(floors[i]) > 0 {
+			t.Fatalf("state %d: decoded %v %v, want %v %v", i, got, gotFloors, st, floors[i])
 		}
-		if !bytes.Equal(encodeStable(got), b) {
+		if len(floors[i]) == 0 && !bytes.Equal(b, encodeStable(st, stableFloors{})) {
+			t.Fatalf("state %d: no floors and empty floors encode differently", i)
+		}
+		if !bytes.Equal(encodeStable(got, gotFloors), b) {
 			t.Fatalf("state %d: re-encoding gives other bytes", i)
 		}
 		if len(b) > 0 {
@@ -261,7 +271,7 @@ func TestCodecStableRoundTrip(t *testing.T) {
 					decodeStable(b[:n])
 				}()
 			}
-			if _, err := decodeStable(append(bytes.Clone(b), 0)); err == nil {
+			if _, _, err := decodeStable(append(bytes.Clone(b), 0)); err == nil {
 				t.Fatalf("state %d with a trailing byte decoded", i)
 			}
 		}
@@ -378,13 +388,15 @@ func FuzzDecodeRecord(f *testing.F) {
 }
 
 func FuzzDecodeStable(f *testing.F) {
-	f.Add(encodeStable(stableState{}))
-	f.Add(encodeStable(stableState{1: {"CurrentTerm": {0, 0, 0, 0, 0, 0, 0, 7}, "LastVoteCand": []byte("n1")}, 9: {}}))
+	f.Add(encodeStable(stableState{}, nil))
+	f.Add(encodeStable(stableState{1: {"CurrentTerm": {0, 0, 0, 0, 0, 0, 0, 7}, "LastVoteCand": []byte("n1")}, 9: {}}, nil))
+	f.Add(encodeStable(stableState{1: {"CurrentTerm": {0, 0, 0, 0, 0, 0, 0, 7}}}, stableFloors{1: 100, 5: 7}))
 	f.Add([]byte{1, 1, 1})
 	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		var (
 			st  stableState
+			fl  stableFloors
 			err error
 		)
 		func() {
@@ -393,13 +405,13 @@ func FuzzDecodeStable(f *testing.F) {
 					t.Fatalf("decodeStable(%x) panicked: %v", p, v)
 				}
 			}()
-			st, err = decodeStable(p)
+			st, fl, err = decodeStable(p)
 		}()
 		if err != nil {
 			return
 		}
-		st2, err := decodeStable(encodeStable(st))
-		if err != nil || !ccStableEqual(st, st2) {
+		st2, fl2, err := decodeStable(encodeStable(st, fl))
+		if err != nil || !ccStableEqual(st, st2) || !maps.Equal(fl, fl2) {
 			t.Fatalf("state %v does not survive a re-encoding: %v, %v", st, st2, err)
 		}
 	})

@@ -183,7 +183,7 @@ func (db *DB) openGroup(group uint64) (*Store, error) {
 		if !ok {
 			continue
 		}
-		f, err := openIndexFile(db.fs, dir, base, false)
+		f, err := openIndexFile(db.fs, dir, base, false, 0)
 		if err != nil {
 			closeIndexFiles(files)
 			return nil, err
@@ -285,7 +285,7 @@ func (db *DB) writeStable(write func() error) error {
 		return err
 	}
 	if err := write(); err != nil {
-		if errors.Is(err, ErrClosed) {
+		if errors.Is(err, ErrClosed) || errors.Is(err, ErrGroupDropped) {
 			return err
 		}
 		return db.fail(err)
@@ -324,14 +324,18 @@ func (db *DB) checkpointMeta() ([]byte, error) {
 	sort.Slice(stores, func(i, j int) bool { return stores[i].group < stores[j].group })
 	states := make([]groupState, 0, len(stores))
 	for _, s := range stores {
-		st, err := s.syncIndex()
+		st, ok, err := s.syncIndex()
 		if err != nil {
 			return nil, db.fail(err)
 		}
-		states = append(states, st)
+		if ok {
+			states = append(states, st)
+		}
 	}
 	for _, s := range stores {
-		db.m.pinned(s.group, s.pinnedBytes())
+		if !s.dropped.Load() {
+			db.m.pinned(s.group, s.pinnedBytes())
+		}
 	}
 	if !closed {
 		// Make every record the states describe durable before the
@@ -408,6 +412,7 @@ func (db *DB) releaseSegments() error {
 	if len(segs) < 2 || segs[0].Base+segs[0].Size > keep {
 		return nil
 	}
+	floors := db.stable.floorsCopy() // of drops the checkpoint follows
 	err := db.log.Checkpoint()
 	if err == nil {
 		var n int
@@ -415,6 +420,9 @@ func (db *DB) releaseSegments() error {
 		if n > 0 {
 			db.m.IncCounter("segments_released", uint64(n))
 		}
+	}
+	if err == nil && len(floors) > 0 {
+		err = db.forgetFloors(floors)
 	}
 	if errors.Is(err, commitlog.ErrClosed) {
 		// Closed meanwhile: the segments go after the next open.

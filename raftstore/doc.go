@@ -3,7 +3,9 @@
 // and raft.CommitTrackingLogStore, and raft.MonotonicLogStore reporting
 // false unless Options.Monotonic is set (see "Snapshot installs"); Open
 // gives a store of its own, and a DB (OpenDB) shares one commit log, and
-// so one group commit, between many raft groups.
+// so one group commit, between many raft groups. Groups are created on
+// first use (DB.Store) and removed with their data (DB.DropGroup) while
+// the others run; Store.Size tells what one holds.
 //
 // A Store from Open is group 0 of a DB of its own: Open(dir) is
 // OpenDB(dir) then DB.Store(0), and closing that Store closes the DB. The
@@ -43,9 +45,13 @@
 //
 // A directory holds the commit log (log/), one index directory per group
 // (index/<group>/, fixed-width slots mapping raft indexes to commit-log
-// positions in memory-mapped files) and the stable state (stable.0,
-// stable.1). Each raft.Log is one commit-log record (codec.go), checked by
-// the log's CRC-32C on every read.
+// positions in memory-mapped files, each 4 KiB at first and doubling up to
+// 512 KiB as entries further on are stored, so that an empty group costs
+// a directory and a tiny one a page; index.go) and the stable state
+// (stable.0, stable.1: every group's keys, and the commit-log position at
+// which each group id was last dropped; stable.go). Each raft.Log is one
+// commit-log record (codec.go), checked by the log's CRC-32C on every
+// read.
 //
 // # Durability
 //
@@ -63,6 +69,17 @@
 // every group fails with it, and Get returns only what was durable before.
 // Close and reopen the DB to recover what was durable. After Close, every
 // method with an error result returns ErrClosed (see DB.Close).
+//
+// DB.DropGroup is durable when it returns, and a crash while it runs
+// leaves the group either whole or dropped. It removes the group's keys
+// and records where the commit log ended, in one write of the stable
+// state, once every record of the group is durable; recovery then passes
+// over the group's records below that position, and over a checkpoint's
+// indexes of it taken before, so a dropped group never comes back from
+// the replay of the commit log, and a group created again with the same
+// id holds only its own entries. Its records go with their segments once
+// no other group needs them, and the position is forgotten once the log
+// no longer reaches below it (drop.go).
 //
 // A StoreLogs batch is all or nothing across a crash: recovery removes a
 // batch whose last entry did not reach the disk. A staged commit index
@@ -86,6 +103,11 @@
 // for them: GetLog takes an uncontended read lock, loads the position from
 // the mapped index slot and reads one record, so it is O(1) in the size of
 // the log. GetLog returns a copy that later writes never change.
+// DB.Store and DB.DropGroup are serialised with each other and with
+// DB.Close; DropGroup waits for the group's write in progress and its
+// readers in GetLog, and does not stop the other groups, apart from a
+// DB.Store that creates a group meanwhile. Growing an index file (once
+// per doubling) keeps the group's readers out while it remaps the file.
 //
 // # Contracts
 //
@@ -124,7 +146,8 @@
 // # What it does not do
 //
 // Segments of the commit log are removed only when no group needs them, so
-// a group that never compacts pins the log for every group. It does not
+// a group that never compacts pins the log for every group (until it is
+// dropped: DropGroup releases what only it held). It does not
 // change how raft treats a follower whose log runs past a snapshot with
 // entries the leader's log does not have (a deposed leader's uncommitted
 // ones), or further than the follower's TrailingLogs: as with raft-boltdb,

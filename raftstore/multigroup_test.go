@@ -2,6 +2,7 @@ package raftstore
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -257,7 +258,7 @@ type mgRun struct {
 }
 
 type mgStats struct {
-	crashes, faults, failedCalls, older, released, batches, maxSegments int
+	crashes, faults, failedCalls, older, released, batches, maxSegments, dropped int
 }
 
 func (r *mgRun) fatalf(format string, args ...any) {
@@ -351,12 +352,31 @@ func (r *mgRun) runRound(faulty bool) {
 		}
 		return out
 	}
+	// In two rounds without faults one group is dropped while the others
+	// write, and created again: its successor starts empty, with a term
+	// of its own, so that an entry of the dropped incarnation read
+	// through it never compares equal.
+	dropAt, successor := -1, (*mgGroup)(nil)
+	if !faulty && (r.round == 5 || r.round == 9) {
+		dropAt = r.rng.IntN(len(r.groups))
+		old := r.groups[dropAt]
+		successor = r.newGroup(old.id)
+		successor.rng = rand.New(rand.NewPCG(r.seed, old.id^uint64(r.round)<<56))
+		successor.term = 1<<20 + uint64(r.round)
+	}
 	errs := make([]error, len(r.groups)+1)
 	var wg sync.WaitGroup
 	for i, g := range r.groups {
 		g.ops = g.ops[:0]
 		calls := 5 + r.rng.IntN(25)
 		wg.Add(1)
+		if i == dropAt {
+			go func() {
+				defer wg.Done()
+				errs[i] = r.dropAndCreate(g, successor, calls, others(g.id))
+			}()
+			continue
+		}
 		go func() {
 			defer wg.Done()
 			errs[i] = g.work(calls, r.flush, faulty, others(g.id))
@@ -380,6 +400,11 @@ func (r *mgRun) runRound(faulty bool) {
 		}()
 	}
 	wg.Wait()
+	if successor != nil && successor.s != nil {
+		r.groups[dropAt] = successor
+		r.stats.dropped++
+		r.log = append(r.log, fmt.Sprintf("dropped group %d and created it again", successor.id))
+	}
 	if late != nil && late.s != nil {
 		r.groups = append(r.groups, late)
 		r.log = append(r.log, fmt.Sprintf("created group %d", late.id))
@@ -405,6 +430,33 @@ func (r *mgRun) runRound(faulty bool) {
 			}
 		}
 	}
+}
+
+// dropAndCreate drops g while the other groups write, checks that its
+// Store fails and that the group created again with its id is empty and
+// holds none of its keys, and runs calls random calls on that successor.
+func (r *mgRun) dropAndCreate(g, successor *mgGroup, calls int, others []uint64) error {
+	if err := r.db.DropGroup(g.id); err != nil {
+		return fmt.Errorf("DropGroup while the others write: %v", err)
+	}
+	if _, err := g.s.LastIndex(); !errors.Is(err, ErrGroupDropped) {
+		return fmt.Errorf("LastIndex of the dropped group's Store = %v, want ErrGroupDropped", err)
+	}
+	s, err := r.db.Store(g.id)
+	if err != nil {
+		return fmt.Errorf("Store after DropGroup: %v", err)
+	}
+	successor.s = s
+	successor.ops = append(successor.ops, "dropped and created again")
+	if err := ctCheckStore(s, &ctModel{}); err != nil {
+		return fmt.Errorf("created again after DropGroup: %v", err)
+	}
+	for _, k := range []string{"CurrentTerm", "LastVoteTerm", "LastVoteCand", string(mgOnlyKey(g.id))} {
+		if v, err := s.Get([]byte(k)); err != nil || len(v) != 0 {
+			return fmt.Errorf("created again after DropGroup: Get(%q) = %x, %v; want nothing", k, v, err)
+		}
+	}
+	return successor.work(calls, r.flush, false, others)
 }
 
 // checkQuiet checks, with nothing in flight, that every group holds its
@@ -620,14 +672,17 @@ func TestGroupsCrashRandomized(t *testing.T) {
 			}
 		})
 	}
-	t.Logf("%d crash points, %d faults injected, %d calls failed in flight, %d batches; %d recoveries of a group found an older state than its last call's; %d rounds ended with the log's first segment released; at most %d segments",
-		stats.crashes, stats.faults, stats.failedCalls, stats.batches, stats.older, stats.released, stats.maxSegments)
+	t.Logf("%d crash points, %d faults injected, %d calls failed in flight, %d batches, %d groups dropped and created again; %d recoveries of a group found an older state than its last call's; %d rounds ended with the log's first segment released; at most %d segments",
+		stats.crashes, stats.faults, stats.failedCalls, stats.batches, stats.dropped, stats.older, stats.released, stats.maxSegments)
 	if !t.Failed() && len(seeds) > 1 {
 		if stats.crashes < 100 {
 			t.Fatalf("only %d crash points", stats.crashes)
 		}
 		if stats.released == 0 {
 			t.Fatal("no segment was ever released: the test does not test what it says")
+		}
+		if stats.dropped < 5 {
+			t.Fatalf("only %d groups dropped", stats.dropped)
 		}
 	}
 }

@@ -64,7 +64,9 @@ type Options struct {
 	// the commit-log tail scanned from the checkpoint, a torn record cut
 	// off, leftover files removed, the records replayed into the indexes,
 	// a batch the crash cut short removed and the index slots rebuilt per
-	// group. Default: nothing is logged (hclog.NewNullLogger).
+	// group; and each group dropped (DB.DropGroup), with a warning if its
+	// index directory could not be removed (the next open removes it).
+	// Default: nothing is logged (hclog.NewNullLogger).
 	Logger hclog.Logger
 	// IgnoreBoltDB opens a DB that holds no raft state even when a
 	// raft-boltdb store (raft.db) lies in its directory or the directory's

@@ -21,6 +21,7 @@ func (db *DB) recover() error {
 		return err
 	}
 	db.logCommitLog(db.log.Recovery())
+	inc := db.incarnations()
 	for _, g := range db.stable.groups() {
 		if err := db.addRecovered(g); err != nil {
 			return err
@@ -28,6 +29,9 @@ func (db *DB) recover() error {
 	}
 	skipBelow := map[uint64]int64{} // a group's records below are in its state
 	for _, st := range states {
+		if !inc.state(st) {
+			continue // of a dropped incarnation of the group
+		}
 		if err := db.addRecovered(st.group); err != nil {
 			return err
 		}
@@ -64,6 +68,7 @@ func (db *DB) recover() error {
 		pendingGroup uint64
 		pendingFirst int64 = -1
 		replayed     int   // records applied, entries and deletions
+		dropped      int   // records of dropped groups passed over
 	)
 	for {
 		rec, err := it.Next()
@@ -79,6 +84,10 @@ func (db *DB) recover() error {
 		}
 		if rec.Position < skipBelow[r.group] {
 			continue // the checkpointed state already holds it
+		}
+		if !inc.record(r.group, rec.Position) {
+			dropped++
+			continue // of a dropped incarnation of the group
 		}
 		if pendingFirst >= 0 && (r.kind != kindEntry || r.group != pendingGroup) {
 			return fmt.Errorf("%w: commit-log record at %d interrupts the batch of group %d that starts at %d", ErrCorrupt, rec.Position, pendingGroup, pendingFirst)
@@ -108,9 +117,9 @@ func (db *DB) recover() error {
 			g.deleteRange(r.min, r.max)
 		}
 	}
-	if replayed > 0 {
+	if replayed > 0 || dropped > 0 {
 		db.opts.Logger.Info("replayed the commit log past the checkpoint into the indexes",
-			"dir", db.dir, "from", from, "records", replayed, "groups", len(replays))
+			"dir", db.dir, "from", from, "records", replayed, "groups", len(replays), "dropped_group_records", dropped)
 	}
 	if pendingFirst >= 0 {
 		// The tail is a batch without its last entry.
@@ -134,7 +143,10 @@ func (db *DB) recover() error {
 			return err
 		}
 	}
-	return nil
+	if err := db.clampFloors(); err != nil {
+		return err
+	}
+	return db.removeStaleIndexDirs()
 }
 
 // indexPos is a replayed entry: its raft index and commit-log position.

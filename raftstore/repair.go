@@ -45,7 +45,8 @@ type Inspection struct {
 	// Groups describes every group of the DB, in increasing order of id.
 	Groups []GroupInspection
 
-	stable stableState // the durable stable state; set by Inspect, read-only after
+	stable stableState  // the durable stable state; set by Inspect, read-only after
+	floors stableFloors // its floors (drop.go); likewise
 }
 
 // GroupInspection describes one group of an inspected DB.
@@ -112,9 +113,10 @@ func Inspect(dir string, opts *Options, each func(group uint64, pos int64, l *ra
 		return nil, fmt.Errorf("raftstore: read %s: %w", dir, err)
 	}
 	in := &Inspection{Cut: -1}
-	if in.stable, err = readStableOffline(o, dir); err != nil {
+	if in.stable, in.floors, err = readStableOffline(o, dir); err != nil {
 		return nil, err
 	}
+	inc := incarnations{live: func(g uint64) bool { _, ok := in.stable[g]; return ok }, floors: in.floors}
 	logDir := filepath.Join(dir, logDirName)
 	if _, err := o.FS.ReadDir(logDir); errors.Is(err, os.ErrNotExist) {
 		return in, nil // never opened: nothing to read
@@ -128,11 +130,16 @@ func Inspect(dir string, opts *Options, each func(group uint64, pos int64, l *ra
 	if err != nil {
 		return nil, err
 	}
+	live := states[:0:0]
 	for _, st := range states {
-		replayFrom = min(replayFrom, st.from)
+		if inc.state(st) { // not of a dropped incarnation
+			live = append(live, st)
+			replayFrom = min(replayFrom, st.from)
+		}
 	}
+	states = live
 
-	p, err := inspectPass(sc, each)
+	p, err := inspectPass(sc, inc, each)
 	if err != nil {
 		return nil, err
 	}
@@ -198,7 +205,7 @@ type inspection struct {
 // inspectPass replays every intact record of sc. The replay up to the
 // first damaged record, without a StoreLogs batch it interrupts, is what a
 // cut keeps; entries from the cut on are counted by group.
-func inspectPass(sc *commitlog.Scanner, each func(group uint64, pos int64, l *raft.Log)) (*inspection, error) {
+func inspectPass(sc *commitlog.Scanner, inc incarnations, each func(group uint64, pos int64, l *raft.Log)) (*inspection, error) {
 	p := &inspection{now: newSpanReplay(), cut: -1, cuts: map[uint64]*GroupInspection{}}
 	cutEntry := func(group, index uint64) {
 		c := p.cuts[group]
@@ -227,6 +234,9 @@ func inspectPass(sc *commitlog.Scanner, each func(group uint64, pos int64, l *ra
 		r, err := decodeRecord(rec.Payload)
 		if err != nil {
 			return fmt.Errorf("%w: commit-log record at %d passes its checksum but does not decode (%v): not damage a cut repairs", ErrCorrupt, rec.Position, err)
+		}
+		if !inc.record(r.group, rec.Position) {
+			return nil // of a dropped group, which recovery passes over too
 		}
 		if r.kind == kindEntry {
 			if p.kept != nil {
@@ -300,7 +310,13 @@ func indexReferences(o Options, dir string, states []groupState, positions []int
 			if err != nil {
 				return nil
 			}
-			_, err = f.ReadAt(buf, 0)
+			// A file holds up to indexFileSize bytes; slots past its end
+			// are empty (index.go).
+			size, err := f.Size()
+			clear(buf)
+			if err == nil {
+				_, err = f.ReadAt(buf[:min(size, indexFileSize)], 0)
+			}
 			f.Close()
 			if err != nil {
 				return nil
@@ -319,7 +335,7 @@ func indexReferences(o Options, dir string, states []groupState, positions []int
 
 // readStableOffline reads the durable stable state of the DB in dir
 // without creating or changing its files.
-func readStableOffline(o Options, dir string) (stableState, error) {
+func readStableOffline(o Options, dir string) (stableState, stableFloors, error) {
 	var best []byte
 	var bestSeq uint64
 	for i := range 2 {
@@ -329,7 +345,7 @@ func readStableOffline(o Options, dir string) (stableState, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("raftstore: open %s: %w", path, err)
+			return nil, nil, fmt.Errorf("raftstore: open %s: %w", path, err)
 		}
 		b, seq, err := readStable(f)
 		f.Close()
@@ -338,13 +354,13 @@ func readStableOffline(o Options, dir string) (stableState, error) {
 		}
 	}
 	if best == nil {
-		return stableState{}, nil
+		return stableState{}, stableFloors{}, nil
 	}
-	st, err := decodeStable(best)
+	st, fl, err := decodeStable(best)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s: %v", errStableCorrupt, dir, err)
+		return nil, nil, fmt.Errorf("%w: %s: %v", errStableCorrupt, dir, err)
 	}
-	return st, nil
+	return st, fl, nil
 }
 
 // span is a group's range of indexes while Inspect replays its records;

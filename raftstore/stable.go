@@ -11,7 +11,19 @@ package raftstore
 //	+--------+---------+----------+-------------+-----------+----------+
 //
 //	payload: uvarint group count, then per group: uvarint group id,
-//	uvarint key count, then per key: uvarint len, key, uvarint len, value.
+//	uvarint key count, then per key: uvarint len, key, uvarint len, value;
+//	then, only when some group was ever dropped (DB.DropGroup), the
+//	floors: a uvarint 1 (the section's tag), uvarint count, then per
+//	group: uvarint group id, uvarint commit-log position.
+//
+// A floor is the commit-log position at which a group was last dropped:
+// every record of the group below it belongs to a dropped incarnation,
+// and so does every checkpointed state of the group whose replay
+// position is not above it (see incarnations). A group with a floor and
+// no keys entry is dropped; one with both was created again after its
+// drop. The floors section is newer than the rest of version 1: a binary
+// without it refuses such a file as corrupt (trailing bytes) rather than
+// mixing a dropped group's records into its successor.
 //
 // The CRC covers everything before it; integers are little-endian. Open
 // reads both files and keeps the valid one with the higher sequence, so a
@@ -31,8 +43,10 @@ import (
 	"fmt"
 	"hash/crc32"
 	"maps"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"sync"
 
@@ -49,9 +63,13 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 var errStableCorrupt = errors.New("raftstore: stable file corrupt")
 
-// stableState is every group's key-value map. Values are never changed in
-// place, so that copies of the maps can share them.
+// stableState is every live group's key-value map. Values are never
+// changed in place, so that copies of the maps can share them.
 type stableState map[uint64]map[string][]byte
+
+// stableFloors maps a group ever dropped to the commit-log position of its
+// last drop (see the file comment).
+type stableFloors map[uint64]int64
 
 // clone copies the maps of st, sharing the values.
 func (st stableState) clone() stableState {
@@ -66,11 +84,13 @@ type stableFile struct {
 	fs    vfs.FS
 	paths [2]string
 
-	// mu guards state, saved and version.
-	mu      sync.Mutex
-	state   stableState // every change, written or not
-	saved   stableState // what the newest durable write holds; reads see this
-	version uint64      // bumped by every change
+	// mu guards state, floors, saved, savedFloors and version.
+	mu          sync.Mutex
+	state       stableState  // every change, written or not
+	floors      stableFloors // every change, written or not
+	saved       stableState  // what the newest durable write holds; reads see this
+	savedFloors stableFloors // likewise
+	version     uint64       // bumped by every change
 
 	// wmu serialises writes of the files.
 	wmu     sync.Mutex
@@ -82,7 +102,7 @@ type stableFile struct {
 
 // openStable opens the stable files in dir, creating them if needed.
 func openStable(fs vfs.FS, dir string) (*stableFile, error) {
-	s := &stableFile{fs: fs, state: stableState{}}
+	s := &stableFile{fs: fs, state: stableState{}, floors: stableFloors{}}
 	created := false
 	for i := range s.files {
 		s.paths[i] = filepath.Join(dir, fmt.Sprintf("stable.%d", i))
@@ -114,14 +134,14 @@ func openStable(fs vfs.FS, dir string) (*stableFile, error) {
 		}
 	}
 	if best != nil {
-		st, err := decodeStable(best)
+		st, fl, err := decodeStable(best)
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("%w: %s: %v", errStableCorrupt, dir, err)
 		}
-		s.state = st
+		s.state, s.floors = st, fl
 	}
-	s.saved = s.state.clone()
+	s.saved, s.savedFloors = s.state.clone(), maps.Clone(s.floors)
 	return s, nil
 }
 
@@ -153,8 +173,12 @@ func readStable(f vfs.File) ([]byte, uint64, error) {
 	return b[stableHeader:end], seq, nil
 }
 
-// encodeStable encodes a state as a stable payload, in a stable order.
-func encodeStable(st stableState) []byte {
+// floorsTag introduces the floors section of a stable payload. Wire format.
+const floorsTag = 1
+
+// encodeStable encodes a state and its floors as a stable payload, in a
+// stable order; the floors section only when there are floors.
+func encodeStable(st stableState, floors stableFloors) []byte {
 	groups := make([]uint64, 0, len(st))
 	for g := range st {
 		groups = append(groups, g)
@@ -177,13 +201,24 @@ func encodeStable(st stableState) []byte {
 			b = append(b, kv[k]...)
 		}
 	}
+	if len(floors) == 0 {
+		return b
+	}
+	fg := slices.Sorted(maps.Keys(floors))
+	b = binary.AppendUvarint(b, floorsTag)
+	b = binary.AppendUvarint(b, uint64(len(fg)))
+	for _, g := range fg {
+		b = binary.AppendUvarint(b, g)
+		b = binary.AppendUvarint(b, uint64(floors[g]))
+	}
 	return b
 }
 
 // decodeStable decodes a stable payload.
-func decodeStable(p []byte) (stableState, error) {
+func decodeStable(p []byte) (stableState, stableFloors, error) {
 	d := decoder{b: p}
 	st := stableState{}
+	fl := stableFloors{}
 	ng := d.uvarint()
 	for i := uint64(0); i < ng && d.err == nil; i++ {
 		g := d.uvarint()
@@ -196,13 +231,29 @@ func decodeStable(p []byte) (stableState, error) {
 		}
 		st[g] = kv
 	}
+	if d.err == nil && len(d.b) != 0 {
+		if tag := d.uvarint(); d.err == nil && tag != floorsTag {
+			return nil, nil, fmt.Errorf("unknown section %d", tag)
+		}
+		n := d.uvarint()
+		for i := uint64(0); i < n && d.err == nil; i++ {
+			g, pos := d.uvarint(), d.uvarint()
+			if pos > math.MaxInt64 {
+				return nil, nil, fmt.Errorf("floor %d of group %d out of range", pos, g)
+			}
+			fl[g] = int64(pos)
+		}
+		if d.err == nil && (n == 0 || uint64(len(fl)) != n) {
+			return nil, nil, fmt.Errorf("floors section of %d groups holds %d", n, len(fl))
+		}
+	}
 	if d.err != nil {
-		return nil, d.err
+		return nil, nil, d.err
 	}
 	if len(d.b) != 0 {
-		return nil, fmt.Errorf("%d trailing bytes", len(d.b))
+		return nil, nil, fmt.Errorf("%d trailing bytes", len(d.b))
 	}
-	return st, nil
+	return st, fl, nil
 }
 
 // get returns the durable value of key in group.
@@ -248,11 +299,17 @@ func (s *stableFile) groups() []uint64 {
 	return gs
 }
 
-// set stores key=val in group (creating the group), or only creates the
-// group when key is nil, and returns once the change is durable.
+// set stores key=val in group, or creates the group when key is nil, and
+// returns once the change is durable. A key of a group that does not
+// exist (dropped, see drop) is refused with ErrGroupDropped: only
+// DB.Store creates a group.
 func (s *stableFile) set(group uint64, key, val []byte) error {
 	s.mu.Lock()
 	kv, ok := s.state[group]
+	if !ok && key != nil {
+		s.mu.Unlock()
+		return fmt.Errorf("%w: group %d", ErrGroupDropped, group)
+	}
 	if !ok {
 		kv = map[string][]byte{}
 		s.state[group] = kv
@@ -284,6 +341,53 @@ func (s *stableFile) remove(group uint64, key []byte) error {
 	return s.flush(want)
 }
 
+// drop removes group and every key of it, and records at as its floor:
+// the commit-log position below which every record of the group is of
+// the incarnation dropped. It returns once the change is durable.
+func (s *stableFile) drop(group uint64, at int64) error {
+	s.mu.Lock()
+	delete(s.state, group)
+	s.floors[group] = at
+	s.version++
+	want := s.version
+	s.mu.Unlock()
+	return s.flush(want)
+}
+
+// floorsCopy returns a copy of the durable floors.
+func (s *stableFile) floorsCopy() stableFloors {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.savedFloors)
+}
+
+// setFloors replaces the floor of every group in fl (removing it when the
+// new value is negative) unless it changed since fl's values were read
+// (old), and returns once the change is durable; no change writes nothing.
+func (s *stableFile) setFloors(old, fl stableFloors) error {
+	s.mu.Lock()
+	changed := false
+	for g, at := range fl {
+		if cur, ok := s.floors[g]; !ok || cur != old[g] {
+			continue
+		}
+		if at < 0 {
+			delete(s.floors, g)
+		} else {
+			s.floors[g] = at
+		}
+		changed = true
+	}
+	if !changed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.version++
+	want := s.version
+	s.mu.Unlock()
+	return s.flush(want)
+}
+
 // flush writes the state to the older file unless a write that covers
 // version want already completed.
 func (s *stableFile) flush(want uint64) error {
@@ -296,9 +400,9 @@ func (s *stableFile) flush(want uint64) error {
 		return nil
 	}
 	s.mu.Lock()
-	payload := encodeStable(s.state)
+	payload := encodeStable(s.state, s.floors)
 	version := s.version
-	written := s.state.clone()
+	written, writtenFloors := s.state.clone(), maps.Clone(s.floors)
 	s.mu.Unlock()
 
 	seq := s.seq + 1
@@ -324,7 +428,7 @@ func (s *stableFile) flush(want uint64) error {
 	}
 	s.seq, s.durable = seq, version
 	s.mu.Lock()
-	s.saved = written
+	s.saved, s.savedFloors = written, writtenFloors
 	s.mu.Unlock()
 	return nil
 }

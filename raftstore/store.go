@@ -52,6 +52,12 @@ type Store struct {
 	// began, or -1: until the batch sets first, it keeps releaseSegments
 	// from removing the segments that batch is written to.
 	pin atomic.Int64
+	// dropped is set by DB.DropGroup under wmu, before it closes the
+	// index files under rw: a writer (under wmu) or a reader (under rw)
+	// that sees it false works on the group as it was.
+	dropped atomic.Bool
+	// size is the last estimate of Size, or nil.
+	size atomic.Pointer[sizeEstimate]
 }
 
 // Open opens (or creates) the store in dir: group 0 of a DB of its own
@@ -77,7 +83,8 @@ func (s *Store) Group() uint64 { return s.group }
 // calls return afterwards). Call it after raft has shut down
 // (raft.Shutdown().Error() returned): raft calls the store until then.
 // For a Store from a DB it does nothing but return ErrClosed once the DB
-// is closed: close the DB.
+// is closed (and an error wrapping ErrGroupDropped once its group is
+// dropped): close the DB.
 func (s *Store) Close() error {
 	if s.own {
 		return s.db.Close()
@@ -85,10 +92,14 @@ func (s *Store) Close() error {
 	return s.closedErr()
 }
 
-// closedErr returns ErrClosed once the DB is closed, and nil before.
+// closedErr returns ErrClosed once the DB is closed, an error wrapping
+// ErrGroupDropped once the group is dropped, and nil before.
 func (s *Store) closedErr() error {
 	if s.db.closed.Load() {
 		return ErrClosed
+	}
+	if s.dropped.Load() {
+		return fmt.Errorf("%w: group %d", ErrGroupDropped, s.group)
 	}
 	return nil
 }
@@ -268,11 +279,25 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-// ensureIndexFiles creates the index files for [lo, hi]. wmu must be held.
+// ensureIndexFiles creates the index files for [lo, hi], and grows those
+// that do not reach the slots of [lo, hi] yet. wmu must be held.
 func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 	files := *s.files.Load()
-	if len(files) > 0 && files.find(lo) != nil && files.find(hi) != nil {
-		return nil
+	// need returns how many slots of the file at b [lo, hi] needs.
+	need := func(b uint64) uint64 {
+		if b > hi || b+indexSlotsPerFile-1 < lo {
+			return 0
+		}
+		return min(hi, b+indexSlotsPerFile-1) - b + 1
+	}
+	if files.find(lo) != nil && files.find(hi) != nil {
+		enough := true
+		for b := fileBase(lo); b <= hi && enough; b += indexSlotsPerFile {
+			enough = need(b) <= files.find(b).slots()
+		}
+		if enough {
+			return nil
+		}
 	}
 	// Keep the run contiguous: drop files that cannot join it (only after
 	// everything was deleted), then add what is missing on either side.
@@ -289,12 +314,16 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 		to = max(to, files[len(files)-1].base)
 	}
 	var next, created indexFiles
+	grow := map[int]uint64{} // index in next -> slots
 	for b := from; b <= to; b += indexSlotsPerFile {
 		if f := files.find(b); f != nil {
+			if n := need(b); n > f.slots() {
+				grow[len(next)] = n
+			}
 			next = append(next, f)
 			continue
 		}
-		f, err := openIndexFile(s.db.fs, s.dir, b, true)
+		f, err := openIndexFile(s.db.fs, s.dir, b, true, indexFileSizeFor(need(b)))
 		if err != nil {
 			closeIndexFiles(created)
 			return err
@@ -309,9 +338,21 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 		}
 	}
 	s.rw.Lock()
+	defer s.rw.Unlock()
+	var err error
+	for k, n := range grow {
+		g, broken, gerr := next[k].grown(n)
+		if gerr != nil {
+			if broken {
+				s.db.fail(gerr)
+			}
+			err = gerr
+			continue
+		}
+		next[k] = g
+	}
 	s.files.Store(&next)
-	s.rw.Unlock()
-	return nil
+	return err
 }
 
 // dropIndexFiles removes the index files drop selects. wmu must be held.
@@ -448,19 +489,23 @@ func (s *Store) pinnedBytes() int64 {
 }
 
 // syncIndex makes the dirty index slots durable and returns the group's
-// indexes for the checkpoint.
-func (s *Store) syncIndex() (groupState, error) {
+// indexes for the checkpoint; false for a dropped group, which the
+// checkpoint leaves out.
+func (s *Store) syncIndex() (groupState, bool, error) {
 	s.wmu.Lock()
 	defer s.wmu.Unlock()
+	if s.dropped.Load() {
+		return groupState{}, false, nil
+	}
 	for _, f := range *s.files.Load() {
 		if err := f.sync(); err != nil {
-			return groupState{}, err
+			return groupState{}, false, err
 		}
 	}
 	// Every record of this group below the end of the log is reflected in
 	// the state, and none after: the write lock keeps the group's writers
 	// out while both are read.
-	return groupState{group: s.group, first: s.first.Load(), last: s.last.Load(), commit: s.commit.Load(), from: s.db.log.End()}, nil
+	return groupState{group: s.group, first: s.first.Load(), last: s.last.Load(), commit: s.commit.Load(), from: s.db.log.End()}, true, nil
 }
 
 // StageCommitIndex stages a commit index; the next StoreLogs persists it
@@ -489,6 +534,9 @@ func (s *Store) GetCommitIndex() (uint64, error) {
 func (s *Store) Set(key, val []byte) error {
 	if key == nil {
 		key = []byte{}
+	}
+	if err := s.closedErr(); err != nil {
+		return err
 	}
 	return s.db.setStable(s.group, key, val)
 }

@@ -59,11 +59,20 @@ func (fs *FS) crash(mode crashMode) *FS {
 	// A parent's path sorts before its children's, so a directory is
 	// reached after its parent: it survives if its parent did and the
 	// parent's durable namespace names it.
-	for _, key := range slices.Sorted(maps.Keys(fs.dirs)) {
-		d := fs.dirs[key]
+	// A removed directory (fs.gone) comes back like one that is not.
+	dirOf := func(key string) *dir {
+		if d := fs.dirs[key]; d != nil {
+			return d
+		}
+		return fs.gone[key]
+	}
+	keys := append(slices.Collect(maps.Keys(fs.dirs)), slices.Collect(maps.Keys(fs.gone))...)
+	slices.Sort(keys) // the two never share a path
+	for _, key := range keys {
+		d := dirOf(key)
 		if !isRoot(key) {
 			parent := nfs.dirs[filepath.Dir(key)]
-			if parent == nil || !fs.dirs[filepath.Dir(key)].durableSubdirs[filepath.Base(key)] {
+			if parent == nil || !dirOf(filepath.Dir(key)).durableSubdirs[filepath.Base(key)] {
 				continue
 			}
 			parent.subdirs[filepath.Base(key)] = true

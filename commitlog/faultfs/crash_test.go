@@ -319,6 +319,62 @@ func TestCrashDirectories(t *testing.T) {
 	}
 }
 
+// TestCrashRemovedDirectory checks that Remove of an empty directory is
+// durable once its parent is synced, and that until then a crash brings
+// it back with the files its durable namespace still names; and that
+// MkdirAll of the same path afterwards gives a new, empty directory.
+func TestCrashRemovedDirectory(t *testing.T) {
+	setup := func(fs *faultfs.FS) {
+		check(t, fs.MkdirAll("/a/d", 0o755))
+		f := open(t, fs, "/a/d/f", rw)
+		write(t, f, 0, []byte("data"))
+		check(t, f.Sync())
+		check(t, f.Close())
+		check(t, fs.SyncDir("/a/d"))
+		if err := fs.Remove("/a/d"); !errors.Is(err, syscall.ENOTEMPTY) {
+			t.Fatalf("Remove of a directory holding a file = %v, want ENOTEMPTY", err)
+		}
+		check(t, fs.Remove("/a/d/f"))
+		check(t, fs.Remove("/a/d"))
+		if _, err := fs.ReadDir("/a/d"); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("ReadDir of a removed directory = %v", err)
+		}
+		if names, _ := fs.ReadDir("/a"); len(names) != 0 {
+			t.Fatalf("ReadDir(/a) after the removal = %q", names)
+		}
+	}
+	for seed := int64(0); seed < 3; seed++ {
+		fs := faultfs.New(seed)
+		setup(fs)
+		after := fs.Crash() // nothing synced since: all comes back
+		if names, err := after.ReadDir("/a/d"); err != nil || !slices.Equal(names, []string{"f"}) {
+			t.Fatalf("seed %d: ReadDir(/a/d) after a crash before the parent's sync = %q, %v; want [f]", seed, names, err)
+		}
+		if got := contents(t, after, "/a/d/f"); string(got) != "data" {
+			t.Fatalf("seed %d: /a/d/f holds %q", seed, got)
+		}
+
+		fs = faultfs.New(seed)
+		setup(fs)
+		check(t, fs.SyncDir("/a"))
+		after = fs.Crash()
+		if _, err := after.ReadDir("/a/d"); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("seed %d: ReadDir(/a/d) after a crash after the parent's sync = %v; want it gone", seed, err)
+		}
+
+		fs = faultfs.New(seed)
+		setup(fs)
+		check(t, fs.MkdirAll("/a/d", 0o755)) // syncs /a
+		after = fs.Crash()
+		if names, err := after.ReadDir("/a/d"); err != nil || len(names) != 0 {
+			t.Fatalf("seed %d: ReadDir(/a/d) made again = %q, %v; want it empty", seed, names, err)
+		}
+	}
+	if err := faultfs.New(1).Remove("/"); err == nil {
+		t.Fatal("Remove of / succeeded")
+	}
+}
+
 // TestMkdirAllSyncsEachParent checks that MkdirAll syncs the parent of each
 // directory it creates, and nothing when the directory exists.
 func TestMkdirAllSyncsEachParent(t *testing.T) {

@@ -22,8 +22,10 @@
 // if its parent's durable namespace names it, and everything in it is lost
 // with it. MkdirAll makes the directories it creates durable, as package
 // vfs requires, by syncing the parent of each; an OpSyncDir fault on one of
-// those syncs leaves the directory in place but not durable. Rename between
-// two directories and Remove of a directory are refused.
+// those syncs leaves the directory in place but not durable. Remove of an
+// empty directory takes it out of its parent's volatile namespace; until
+// the parent is synced a crash brings it back with what its durable
+// namespace names. Rename between two directories is refused.
 //
 // # Crash
 //

@@ -22,7 +22,7 @@ var ErrCrashed = errors.New("faultfs: file system crashed")
 var (
 	errMapped     = errors.New("faultfs: file is memory-mapped, its length may not change")
 	errCrossDir   = errors.New("faultfs: rename between directories is not supported")
-	errRemoveDir  = errors.New("faultfs: removing a directory is not supported")
+	errRemoveRoot = errors.New("faultfs: removing a root directory is not supported")
 	errNegOffset  = errors.New("faultfs: negative offset")
 	errUnlocked   = errors.New("faultfs: lock already released")
 	errBadRange   = errors.New("faultfs: range outside the mapping")
@@ -48,6 +48,11 @@ type FS struct {
 	// dirs maps a cleaned directory path to the directory. The roots "/"
 	// and "." always exist. Guarded by mu.
 	dirs map[string]*dir
+	// gone maps the path of a directory Remove removed to the directory,
+	// until MkdirAll creates that path again: a crash brings it back,
+	// with its durable namespace, while its parent's durable namespace
+	// still names it. Guarded by mu.
+	gone map[string]*dir
 	// locked holds the inodes locked through Lock. Guarded by mu.
 	locked map[*inode]bool
 	// faults are the injected faults, in injection order. Guarded by mu.
@@ -109,6 +114,7 @@ func newFS(rng *rand.Rand) *FS {
 	fs := &FS{
 		rng:    rng,
 		dirs:   make(map[string]*dir),
+		gone:   make(map[string]*dir),
 		locked: make(map[*inode]bool),
 	}
 	fs.dirs["/"] = newDir()
@@ -265,9 +271,12 @@ func (fs *FS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error
 	}, nil
 }
 
-// Remove removes the named file from its directory's volatile namespace.
-// Open files and mappings of it stay usable. The removal is durable only
-// after SyncDir of the directory.
+// Remove removes the named file from its directory's volatile namespace,
+// or the named directory, which must be empty (no file or subdirectory in
+// its volatile namespace), from its parent's. Open files and mappings of
+// a file stay usable. The removal is durable only after SyncDir of the
+// parent directory: until then a crash brings a removed directory back
+// with what its durable namespace names.
 func (fs *FS) Remove(name string) error {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -280,7 +289,7 @@ func (fs *FS) Remove(name string) error {
 	d, base, err := fs.lookup("remove", name)
 	if err != nil {
 		if errors.Is(err, syscall.EISDIR) {
-			return pathErr("remove", name, errRemoveDir)
+			return fs.removeDir(name)
 		}
 		return err
 	}
@@ -291,6 +300,22 @@ func (fs *FS) Remove(name string) error {
 	delete(d.files, base)
 	ino.nlink--
 	fs.release(ino)
+	return nil
+}
+
+// removeDir removes the empty directory name. mu must be held.
+func (fs *FS) removeDir(name string) error {
+	key := filepath.Clean(name)
+	d := fs.dirs[key]
+	if isRoot(key) {
+		return pathErr("remove", name, errRemoveRoot)
+	}
+	if len(d.files) > 0 || len(d.subdirs) > 0 {
+		return pathErr("remove", name, syscall.ENOTEMPTY)
+	}
+	delete(fs.dirs, key)
+	delete(fs.dirs[filepath.Dir(key)].subdirs, filepath.Base(key))
+	fs.gone[key] = d
 	return nil
 }
 
@@ -371,6 +396,7 @@ func (fs *FS) MkdirAll(dirname string, perm os.FileMode) error {
 		parentName := filepath.Dir(p)
 		parent := fs.dirs[parentName]
 		fs.dirs[p] = newDir()
+		delete(fs.gone, p)
 		parent.subdirs[filepath.Base(p)] = true
 		if err := fs.fault(OpSyncDir, parentName); err != nil {
 			return pathErr("syncdir", parentName, err)
