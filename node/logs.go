@@ -89,14 +89,34 @@ func (n *Node) replicaFor(field string) (*replica.Replica, error) {
 	if field == "" || field == transport.DefaultLog {
 		return n.log, nil
 	}
-	l, ok := n.catalog.State().Log(field)
-	if !ok || l.State != catalog.LogActive {
-		return nil, transport.NotFoundLog(field)
+	l, err := n.lookupLog(field)
+	if err != nil {
+		return nil, err
 	}
 	if h := n.host.hosted(l.ID); h != nil {
 		return h.r, nil
 	}
 	return nil, n.notHosted(l)
+}
+
+// lookupLog returns the active log named name from the node's copy of the
+// catalog. A log being deleted gets NotFound. A name the copy does not hold
+// gets NotFound only from the default log's leader, whose catalog holds
+// every log created before the request came (a CreateLog is answered once
+// its leader applied it); another node's copy may be behind (a node
+// restarting replays it), so it answers NotLeader naming the default
+// log's leader, where the client asks next.
+func (n *Node) lookupLog(name string) (catalog.Log, error) {
+	l, ok := n.catalog.State().Log(name)
+	switch {
+	case ok && l.State == catalog.LogActive:
+		return l, nil
+	case ok, n.log.IsLeader():
+		return catalog.Log{}, transport.NotFoundLog(name)
+	}
+	e := n.log.NotLeader()
+	e.Message = fmt.Sprintf("node %s does not know log %q yet; ask the default log's leader", n.cfg.ID, name)
+	return catalog.Log{}, e
 }
 
 // notHosted is the NotLeader answer of a node that does not host log l:
@@ -404,9 +424,9 @@ func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogReques
 	if req.Name == "" || req.Name == transport.DefaultLog {
 		info, r = n.defaultLogInfo(), n.log
 	} else {
-		l, ok := n.catalog.State().Log(req.Name)
-		if !ok {
-			return nil, transport.NotFoundLog(req.Name)
+		l, err := n.lookupLog(req.Name)
+		if err != nil {
+			return nil, err
 		}
 		info = logInfo(l)
 		h := n.host.hosted(l.ID)
