@@ -13,6 +13,9 @@ type adminStatus struct {
 	Node    any               `json:"node"`
 	Members []adminMember     `json:"members"`
 	Clients map[string]string `json:"client_addrs"`
+	// Logs are the logs whose replica runs here, the default log's
+	// included, by name.
+	Logs []logStatus `json:"logs"`
 }
 
 type adminMember struct {
@@ -38,7 +41,7 @@ type adminMember struct {
 func (n *Node) adminHandler() http.Handler {
 	mux := &certMux{ServeMux: http.NewServeMux(), need: n.tls != nil && n.tls.clientAuth}
 	mux.HandleFunc("GET /status", func(w http.ResponseWriter, r *http.Request) {
-		st := adminStatus{Node: n.Status(), Clients: n.fsm.MemberAddrs()}
+		st := adminStatus{Node: n.Status(), Clients: n.fsm.MemberAddrs(), Logs: n.logStatuses()}
 		if f := n.raft.GetConfiguration(); f.Error() == nil {
 			for _, s := range f.Configuration().Servers {
 				st.Members = append(st.Members, adminMember{ID: string(s.ID), RaftAddr: string(s.Address), Suffrage: s.Suffrage.String()})

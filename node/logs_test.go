@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -207,4 +209,37 @@ func TestDeleteLogDropsData(t *testing.T) {
 func isCode(err error, c transport.Code) bool {
 	var te *transport.Error
 	return errors.As(err, &te) && te.Code == c
+}
+
+// /status and /metrics show each log a node holds, by name.
+func TestNamedLogsStatusAndMetrics(t *testing.T) {
+	c := newTestCluster(t, 1, func(cfg *Config) { cfg.AdminAddr = "127.0.0.1:0" })
+	n := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	if _, err := cl.CreateLog(ctx, "m1", client.CreateLogOptions{Replicas: 1}); err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("m1"), "m1", 7)
+	var st adminStatus
+	if code, body := get(t, n, "/status"); code != 200 || json.Unmarshal([]byte(body), &st) != nil {
+		t.Fatalf("/status: %d %s", code, body)
+	}
+	var names []string
+	for _, l := range st.Logs {
+		names = append(names, l.Name)
+		if l.Name == "m1" && (l.Role != "Leader" || l.LastIndex < 7 || l.Bytes == 0) {
+			t.Fatalf("/status of log m1: %+v", l)
+		}
+	}
+	if fmt.Sprint(names) != "[default m1]" {
+		t.Fatalf("/status logs: %v", names)
+	}
+	_, body := get(t, n, "/metrics")
+	for _, want := range []string{`raftlog_log_leader{log="m1"} 1`, `raftlog_log_leader{log="default"} 1`, "raftlog_logs_held 2"} {
+		if !strings.Contains(body, want) {
+			t.Fatalf("/metrics lacks %q", want)
+		}
+	}
 }

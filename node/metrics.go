@@ -3,7 +3,6 @@ package node
 import (
 	"context"
 	"errors"
-	"strconv"
 	"sync"
 	"time"
 
@@ -50,7 +49,12 @@ import (
 //	raftlog_leader_gone_elections_total        elections this node called because the leader's raft port refused
 //	                                           connections (leadergone.go)
 //	raftlog_raft_term, raftlog_raft_last_index, raftlog_raft_commit_index,
-//	raftlog_raft_applied_index, raftlog_raft_first_index, raftlog_raft_leader (1 when leading)
+//	raftlog_raft_applied_index, raftlog_raft_first_index, raftlog_raft_leader (1 when leading):
+//	                                           the default log's
+//	raftlog_logs_held                          logs whose replica runs here, the default log included
+//	raftlog_log_first_index{log}, raftlog_log_last_index{log}, raftlog_log_commit_index{log},
+//	raftlog_log_applied_index{log}, raftlog_log_bytes{log}, raftlog_log_leader{log}:
+//	                                           each log held here, by name (logstatus.go)
 //
 // plus hashicorp/raft's own metrics (raftlog_raft_*, for example
 // raftlog_raft_commitNumLogs), bridged from go-metrics, which is process-wide:
@@ -258,7 +262,7 @@ func (m *nodeMetrics) registerNode(n *Node) error {
 		}
 		return 0
 	})
-	m.reg.MustRegister(pinnedCollector{n})
+	m.reg.MustRegister(pinnedCollector{n}, logsCollector{n})
 	b, err := raftBridge()
 	if err != nil {
 		return err
@@ -278,12 +282,8 @@ var pinnedDesc = prometheus.NewDesc("raftlog_store_pinned_bytes",
 func (c pinnedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- pinnedDesc }
 
 func (c pinnedCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, s := range []interface {
-		Group() uint64
-		PinnedBytes() int64
-	}{c.n.view.Live, c.n.view.Archives[0], c.n.view.Archives[1]} {
-		ch <- prometheus.MustNewConstMetric(pinnedDesc, prometheus.GaugeValue, float64(s.PinnedBytes()),
-			strconv.FormatUint(s.Group(), 10))
+	for _, s := range c.n.groupStores() {
+		ch <- prometheus.MustNewConstMetric(pinnedDesc, prometheus.GaugeValue, float64(s.PinnedBytes()), groupLabel(s.Group()))
 	}
 }
 
