@@ -41,6 +41,12 @@ type hostedLog struct {
 	name string
 	r    *replica.Replica
 	tr   *transport.RaftTransport // its group on the node's mux
+
+	// transferring is set while a leadership transfer to the log's
+	// preferred leader runs; notBefore, after one failed, is when the next
+	// may start. Both guarded by logHost.mu.
+	transferring bool
+	notBefore    time.Time
 }
 
 // logHost holds the replicas of the named logs running on the node.
@@ -182,10 +188,68 @@ func (n *Node) reconcile(s *catalog.State) {
 			n.dropLog(h.id, h)
 		}
 	}
+	n.balanceLeaders(s)
 	for _, id := range n.storedLogs() {
 		if n.host.hosted(id) == nil && gone(id) {
 			n.dropLog(id, nil)
 		}
+	}
+}
+
+// transferRetry is how long a leader waits after a failed transfer of a
+// log's leadership to its preferred leader before it tries again.
+const transferRetry = 10 * time.Second
+
+// balanceLeaders hands the leadership of each log this node leads, but is
+// not the catalog's preferred leader of (the first member, chosen at
+// create so that leaders spread evenly), to the preferred leader when it is
+// a voter of the log's group: after a node returns, the logs it should
+// lead come back to it. raft first brings the target up to date; a
+// transfer that fails (the node is down) is retried after transferRetry.
+func (n *Node) balanceLeaders(s *catalog.State) {
+	for _, h := range n.host.all() {
+		l, ok := s.LogByID(h.id)
+		if !ok || l.State != catalog.LogActive || l.Moving() {
+			continue
+		}
+		want := l.PreferredLeader()
+		rf := h.r.Raft()
+		if want == "" || want == n.cfg.ID || rf.State() != raft.Leader {
+			continue
+		}
+		f := rf.GetConfiguration()
+		if f.Error() != nil || !slices.ContainsFunc(f.Configuration().Servers, func(srv raft.Server) bool {
+			return string(srv.ID) == want && srv.Suffrage == raft.Voter
+		}) {
+			continue
+		}
+		nd, ok := s.Node(want)
+		if !ok || nd.State != catalog.NodeActive {
+			continue
+		}
+		n.host.mu.Lock()
+		start := !h.transferring && time.Now().After(h.notBefore)
+		h.transferring = h.transferring || start
+		n.host.mu.Unlock()
+		if !start {
+			continue
+		}
+		n.wg.Add(1)
+		go func() {
+			defer n.wg.Done()
+			err := rf.LeadershipTransferToServer(raft.ServerID(want), raft.ServerAddress(nd.RaftAddr)).Error()
+			n.host.mu.Lock()
+			h.transferring = false
+			if err != nil {
+				h.notBefore = time.Now().Add(transferRetry)
+			}
+			n.host.mu.Unlock()
+			if err != nil {
+				n.cfg.Logger.Debug("handing a log's leadership to its preferred leader", "log", h.name, "to", want, "error", err)
+				return
+			}
+			n.cfg.Logger.Info("handed a log's leadership to its preferred leader", "log", h.name, "to", want)
+		}()
 	}
 }
 

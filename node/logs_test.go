@@ -243,3 +243,56 @@ func TestNamedLogsStatusAndMetrics(t *testing.T) {
 		}
 	}
 }
+
+// leadersByNode counts the named logs each node leads.
+func leadersByNode(c *testCluster) map[string]int {
+	out := map[string]int{}
+	for id, n := range c.nodes {
+		for _, h := range n.host.all() {
+			if h.r.IsLeader() {
+				out[id]++
+			}
+		}
+	}
+	return out
+}
+
+// Six logs on three nodes: each node leads two; after a node stops, the
+// others lead its logs, and once it returns it leads two again.
+func TestLeadersSpread(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	for i := range 6 {
+		if _, err := cl.CreateLog(ctx, fmt.Sprintf("l%d", i), client.CreateLogOptions{Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	spread := func(what string) {
+		t.Helper()
+		deadline := time.Now().Add(time.Minute)
+		for {
+			got := leadersByNode(c)
+			if got["n1"] == 2 && got["n2"] == 2 && got["n3"] == 2 {
+				return
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: leaders by node %v, want 2 each", what, got)
+			}
+			waitApplied(t, c.nodes, 100*time.Millisecond)
+		}
+	}
+	spread("after create")
+	c.stop("n2")
+	deadline := time.Now().Add(time.Minute)
+	for got := leadersByNode(c); got["n1"]+got["n3"] != 6; got = leadersByNode(c) {
+		if time.Now().After(deadline) {
+			t.Fatalf("with n2 stopped, leaders by node %v: not every log led", got)
+		}
+		waitApplied(t, c.nodes, 100*time.Millisecond)
+	}
+	c.start("n2", nil)
+	spread("after n2 returned")
+}
