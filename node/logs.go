@@ -54,6 +54,7 @@ type logHost struct {
 	mu     sync.Mutex
 	logs   map[uint64]*hostedLog // by log id; guarded by mu
 	closed bool                  // set by stopLogs; guarded by mu
+	warned map[uint64]bool       // logs warnLost has warned of; guarded by mu
 }
 
 // hosted returns the running replica of log id, nil if none.
@@ -171,8 +172,18 @@ func (n *Node) reconcile(s *catalog.State) {
 	if n.mux == nil {
 		return
 	}
+	born, err := n.logsBorn(s)
+	if err != nil {
+		n.cfg.Logger.Error("reading the data dir's logs-born marker", "error", err)
+		return
+	}
+	held := n.db.Groups()
 	for _, l := range s.LogsOf(n.cfg.ID) {
 		if l.State != catalog.LogActive || n.host.hosted(l.ID) != nil {
+			continue
+		}
+		if l.ID < born && !slices.Contains(held, replica.GroupsOf(l.ID).Live) {
+			n.warnLost(l)
 			continue
 		}
 		if err := n.startLog(s, l); err != nil && n.ctx.Err() == nil {
@@ -250,6 +261,50 @@ func (n *Node) balanceLeaders(s *catalog.State) {
 			}
 			n.cfg.Logger.Info("handed a log's leadership to its preferred leader", "log", h.name, "to", want)
 		}()
+	}
+}
+
+// logsBorn returns the catalog's next log id when this data dir first
+// reconciled, recording it (from s) the first time. A log with a lower id
+// was created before this data dir took part in named logs: if the node
+// holds no data of it although the catalog places it here, the node may
+// have held it and lost it (its data dir was wiped and it rejoined), and
+// a raft member that forgot its votes must not vote again; so the node
+// does not start it, and the log runs on its other replicas. A log with a
+// higher id is one the node can never have held: it bootstraps or joins
+// it from nothing.
+func (n *Node) logsBorn(s *catalog.State) (uint64, error) {
+	v, ok, err := n.marks.read(logsBornFile)
+	if err != nil {
+		return 0, err
+	}
+	if ok {
+		born, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("node: %s: %w", filepath.Join(n.cfg.DataDir, logsBornFile), err)
+		}
+		return born, nil
+	}
+	born := s.NextID()
+	if err := n.marks.write(logsBornFile, []byte(strconv.FormatUint(born, 10)+"\n")); err != nil {
+		return 0, err
+	}
+	return born, nil
+}
+
+// warnLost logs, once per log, that the node does not start a log it may
+// have lost (logsBorn).
+func (n *Node) warnLost(l catalog.Log) {
+	n.host.mu.Lock()
+	if n.host.warned == nil {
+		n.host.warned = map[uint64]bool{}
+	}
+	first := !n.host.warned[l.ID]
+	n.host.warned[l.ID] = true
+	n.host.mu.Unlock()
+	if first {
+		n.cfg.Logger.Warn("not starting a log this node holds no data of although it should: it may have lost it (its data dir was wiped), and a replica that forgot its votes must not vote; the log runs on its other replicas",
+			"log", l.Name, "id", l.ID)
 	}
 }
 

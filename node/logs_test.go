@@ -296,3 +296,59 @@ func TestLeadersSpread(t *testing.T) {
 	c.start("n2", nil)
 	spread("after n2 returned")
 }
+
+// A member that lost its data dir and rejoined does not start the named
+// logs it held (a replica that forgot its votes must not vote), while a
+// log created after it rejoined starts on it; the others keep serving the
+// old log.
+func TestWipedNodeKeepsOutOfItsOldLogs(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	old, err := cl.CreateLog(ctx, "old", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := appendLog(t, ctx, cl.Log("old"), "old", 20)
+	victim := followerOf(c, leader)
+	id, dir := victim.ID(), victim.cfg.DataDir
+	c.stop(id)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	back := c.start(id, func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
+	c.waitVoter(back)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		back.host.mu.Lock()
+		warned := back.host.warned[old.ID]
+		back.host.mu.Unlock()
+		if warned {
+			break
+		}
+		if back.host.hosted(old.ID) != nil {
+			t.Fatalf("%s, wiped, started log old again from nothing", id)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s did not decide about log old", id)
+		}
+		waitApplied(t, c.nodes, 100*time.Millisecond)
+	}
+	for i, r := range appendLog(t, ctx, cl.Log("old"), "more", 5) {
+		acked[i] = r
+	}
+	sameMap(t, "log old on its other replicas", readLog(t, ctx, cl.Log("old")), acked)
+	fresh, err := cl.CreateLog(ctx, "fresh", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("fresh"), "fresh", 5)
+	for deadline := time.Now().Add(30 * time.Second); back.host.hosted(fresh.ID) == nil; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s does not run log fresh, created after it rejoined", id)
+		}
+		waitApplied(t, c.nodes, 100*time.Millisecond)
+	}
+}

@@ -23,6 +23,9 @@ import (
 //	               ran without it (bootstrap.go)
 //	removed        removed from the cluster; the node refuses to start
 //	               (removed.go)
+//	logs-born      the catalog's next log id when this data dir first took
+//	               part in named logs (logs.go): a log with a lower id that
+//	               the node holds no data of may be one it lost
 //	restoring      a restore of a backup that has not finished; the node
 //	               refuses to start (restore.go)
 //
@@ -32,6 +35,7 @@ const (
 	joiningFile   = "joining"
 	bootstrapFile = "bootstrapping"
 	removedFile   = "removed"
+	logsBornFile  = "logs-born"
 )
 
 // markers reads and writes a data dir's marker files. Several goroutines
