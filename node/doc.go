@@ -17,6 +17,16 @@
 // retained records, and the receiving node switches to them only once they
 // and the snapshot file are durable (package replica).
 //
+// # Named logs
+//
+// Besides the default log, a node holds replicas of named logs, each its
+// own raft group over the same raftstore DB and raft listener
+// (transport.RaftMux). Their catalog (package catalog) is the default
+// log's control state machine, so every node holds it and the default
+// log's leader changes it (catalog.go); a reconciler runs the replicas the
+// catalog places on the node and drops deleted logs' data (logs.go). The
+// guarantees below hold for each log on its own.
+//
 // # Guarantees
 //
 // Durability: with FlushSync (the default) an Append is acknowledged only
