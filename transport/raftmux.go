@@ -35,7 +35,9 @@ var ErrRaftGroupExists = errors.New("transport: raft group already registered")
 // each have a connection of their own, and the answering side serves a
 // connection's requests in order; so a group whose raft does not read its
 // Consumer holds up only the connections that carry its own calls, never
-// another group's. The price is connections: a peer gets as many as it
+// another group's; and a request its raft does not take within Timeout
+// (when its caller has given up) is answered with an error, which frees
+// the connection. The price is connections: a peer gets as many as it
 // has calls in progress at once, over all groups, and keeps up to MaxPool
 // idle ones per group registered.
 //
@@ -67,7 +69,7 @@ type RaftMux struct {
 
 // raftMuxCounters count what a mux did; every field is updated atomically.
 type raftMuxCounters struct {
-	sent, served, unknown, dialled, accepted, idleAnswered atomic.Uint64
+	sent, served, unknown, untaken, dialled, accepted, idleAnswered atomic.Uint64
 }
 
 // RaftMuxStats are a mux's counters since it started.
@@ -81,6 +83,9 @@ type RaftMuxStats struct {
 	// UnknownGroup counts the requests answered with an error because
 	// their group is not registered here.
 	UnknownGroup uint64
+	// NotTaken counts the requests answered with an error because their
+	// group's raft did not take them within Timeout.
+	NotTaken uint64
 	// Dialled and Accepted count connections opened by this node and by
 	// its peers.
 	Dialled, Accepted uint64
@@ -186,7 +191,7 @@ func (m *RaftMux) Stats() RaftMuxStats {
 	m.mu.Unlock()
 	return RaftMuxStats{
 		Conns: conns,
-		Sent:  m.stats.sent.Load(), Served: m.stats.served.Load(), UnknownGroup: m.stats.unknown.Load(),
+		Sent:  m.stats.sent.Load(), Served: m.stats.served.Load(), UnknownGroup: m.stats.unknown.Load(), NotTaken: m.stats.untaken.Load(),
 		Dialled: m.stats.dialled.Load(), Accepted: m.stats.accepted.Load(), IdleAnswered: m.stats.idleAnswered.Load(),
 	}
 }

@@ -219,7 +219,7 @@ func TestRaftMuxRemovedGroup(t *testing.T) {
 // holds up its own calls and nothing else: the other groups' calls to the
 // same node, sent at the same time, are all answered.
 func TestRaftMuxBlockedGroup(t *testing.T) {
-	server, client := newTestMux(t, nil), newTestMux(t, &RaftTransportConfig{Timeout: time.Minute, MaxInFlight: 4})
+	server, client := newTestMux(t, &RaftTransportConfig{Timeout: time.Minute}), newTestMux(t, &RaftTransportConfig{Timeout: time.Minute, MaxInFlight: 4})
 	muxGroup(t, server, 1) // never read
 	const others = 4
 	for g := range uint64(others) {
@@ -426,5 +426,31 @@ func TestRaftPipelineIdleAppendWindow(t *testing.T) {
 	consume(99, 5)
 	if n := sent.Load(); n != 3 {
 		t.Fatalf("%d requests sent, want 3", n)
+	}
+}
+
+// TestRaftMuxRequestNotTaken: a request whose group's raft does not take
+// it within the answering side's Timeout gets an error, and the
+// connection serves the next request.
+func TestRaftMuxRequestNotTaken(t *testing.T) {
+	server := newTestMux(t, &RaftTransportConfig{Timeout: 100 * time.Millisecond})
+	stuck := muxGroup(t, server, 1) // never read, at first
+	client := muxGroup(t, newTestMux(t, &RaftTransportConfig{Timeout: time.Minute, MaxPool: 1}), 1)
+	testwait.Within(t, "the call", 30*time.Second, func() {
+		err := client.RequestVote("s", server.LocalAddr(), &raft.RequestVoteRequest{}, new(raft.RequestVoteResponse))
+		if err == nil || !strings.Contains(err.Error(), "raft group 1 did not take the request within 100ms") {
+			t.Errorf("a call to a stuck group: %v", err)
+		}
+	})
+	if n := server.Stats().NotTaken; n != 1 {
+		t.Fatalf("NotTaken %d, want 1", n)
+	}
+	serveRPCs(t, stuck, func(rpc raft.RPC) (any, error) { return &raft.RequestVoteResponse{Granted: true}, nil })
+	var resp raft.RequestVoteResponse
+	if err := client.RequestVote("s", server.LocalAddr(), &raft.RequestVoteRequest{}, &resp); err != nil || !resp.Granted {
+		t.Fatalf("once raft reads: %+v, %v", resp, err)
+	}
+	if s := client.Mux().Stats(); s.Dialled != 1 {
+		t.Fatalf("%d connections dialled, want the first one reused", s.Dialled)
 	}
 }
