@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"testing"
@@ -97,7 +98,14 @@ func TestRaftMuxIdleGroups(t *testing.T) {
 	time.Sleep(time.Duration(seconds) * time.Second) // the interval measured: nothing to wait for
 	elapsed := time.Since(start)
 	cpu := processCPU(t) - cpu0
-	t.Logf("groups with a leader: %d before the interval, %d after", leaders0, c.leaders())
+	leaders1 := c.leaders()
+	t.Logf("groups with a leader: %d before the interval, %d after", leaders0, leaders1)
+	if dump := os.Getenv("RAFTLOG_IDLE_DUMP"); dump != "" && leaders1 < groups {
+		if f, err := os.Create(dump); err == nil {
+			pprof.Lookup("goroutine").WriteTo(f, 1)
+			f.Close()
+		}
+	}
 
 	perNode := cpu.Seconds() / elapsed.Seconds() / float64(len(c.nodes))
 	var ms runtime.MemStats

@@ -173,12 +173,16 @@ func (m *RaftMux) serveRequest(conn net.Conn, br *bufio.Reader, queue chan<- *ra
 	case <-m.done:
 		return errRaftConnDone
 	}
+	var hb *func(raft.RPC)
+	if g != nil && isHeartbeat(cmd) {
+		hb = g.hb.Load() // once: a concurrent SetHeartbeatHandler(nil) may clear it
+	}
 	switch {
 	case g == nil:
 		m.stats.unknown.Add(1)
 		p.resp <- raft.RPCResponse{Error: fmt.Errorf("%w: group %d is not on this node", errRaftNoGroup, f.group)}
-	case isHeartbeat(cmd) && g.hb.Load() != nil:
-		(*g.hb.Load())(rpc)
+	case hb != nil:
+		(*hb)(rpc)
 	default:
 		wait := m.cfg.Timeout
 		if isSnap && wait > 0 {
@@ -201,11 +205,11 @@ func (m *RaftMux) serveRequest(conn net.Conn, br *bufio.Reader, queue chan<- *ra
 }
 
 // handOver hands rpc to g's Consumer. When g's raft does not take it
-// within wait, the caller's own timeout (zero: no limit), it returns an error
-// for the caller instead: a group whose raft is stuck pins the connections
-// of its calls of the last Timeout, not of every call since it stuck. It
-// returns nil, with the writer to answer, when the group is removed, and
-// errRaftConnDone when the mux closes.
+// within wait, the caller's own timeout (zero: no limit), it returns an
+// error for the caller instead: a group whose raft is stuck pins the
+// connections of its calls of the last Timeout, not of every call since
+// it stuck. It returns nil, with the writer to answer, when the group is
+// removed, and errRaftConnDone when the mux closes.
 func (m *RaftMux) handOver(g *RaftTransport, rpc raft.RPC, wait time.Duration) error {
 	select {
 	case g.rpcs <- rpc:
