@@ -26,7 +26,8 @@ const (
 	// DefaultRaftTimeout bounds a dial, the write of a request and the
 	// wait for its response.
 	DefaultRaftTimeout = 10 * time.Second
-	// DefaultRaftMaxPool is the number of idle connections kept per peer.
+	// DefaultRaftMaxPool is the number of idle connections kept per peer
+	// and per raft group.
 	DefaultRaftMaxPool = 4
 	// DefaultRaftMaxInFlight is the number of AppendEntries a pipeline
 	// keeps in flight.
@@ -59,9 +60,12 @@ type RaftTransportConfig struct {
 	// DefaultRaftTimeout.
 	Timeout time.Duration
 	// MaxPool is the number of idle connections kept per peer for RPCs
-	// other than pipelined AppendEntries. Each RPC in progress has a
-	// connection of its own, so a heartbeat never waits behind a large
-	// AppendEntries. Default DefaultRaftMaxPool.
+	// other than pipelined AppendEntries, for each raft group registered
+	// on the mux (a mux of 100 groups keeps up to 400 per peer by
+	// default, as many as were in use at once). Each RPC in progress has
+	// a connection of its own, so a heartbeat never waits behind a large
+	// AppendEntries, nor one group behind another. Default
+	// DefaultRaftMaxPool.
 	MaxPool int
 	// MaxInFlight is the number of AppendEntries a pipeline keeps in
 	// flight to one follower; 1 turns pipelining off (raft then replicates
