@@ -79,10 +79,6 @@
 // raft stalls holds up only its own calls, never another group's; a
 // request for a group not registered is answered with an error, as an
 // unreachable peer would be. NewRaftTransport is a mux of group 0 alone.
-// Idle groups: with IdleAppendWindow set, the AppendEntries that raft
-// sends every CommitTimeout whether or not anything changed are answered
-// from the follower's last answer while that is recent (raftidle.go);
-// heartbeats always go out.
 //
 // # What it does not do
 //

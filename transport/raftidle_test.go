@@ -6,6 +6,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"syscall"
 	"testing"
@@ -24,8 +25,7 @@ import (
 // sent and served. It logs the figures and asserts nothing about them:
 // they depend on the machine. RAFTLOG_IDLE_COMMIT_TIMEOUT overrides raft's
 // CommitTimeout (the node's is 5ms), to see what it costs;
-// RAFTLOG_IDLE_WINDOW sets the transports' IdleAppendWindow (default 0,
-// off); RAFTLOG_IDLE_MAX_IN_FLIGHT their MaxInFlight (the node's default
+// RAFTLOG_IDLE_MAX_IN_FLIGHT sets the transports' MaxInFlight (the node's default
 // is 1, no pipelining).
 //
 //	RAFTLOG_IDLE_GROUPS=100 go test -run TestRaftMuxIdleGroups -v ./transport
@@ -55,15 +55,11 @@ func TestRaftMuxIdleGroups(t *testing.T) {
 		c.BatchApplyCh = true
 		c.NoLegacyTelemetry = true
 	}
-	var window time.Duration
-	if d, err := time.ParseDuration(os.Getenv("RAFTLOG_IDLE_WINDOW")); err == nil && d > 0 {
-		window = d
-	}
 	inFlight := 1
 	if n, err := strconv.Atoi(os.Getenv("RAFTLOG_IDLE_MAX_IN_FLIGHT")); err == nil && n > 0 {
 		inFlight = n
 	}
-	tc := RaftTransportConfig{Timeout: 10 * time.Second, MaxPool: 4, MaxInFlight: inFlight, IdleAppendWindow: window}
+	tc := RaftTransportConfig{Timeout: 10 * time.Second, MaxPool: 4, MaxInFlight: inFlight}
 	c := newMuxCluster(t, 3, tc, nodeConf)
 	for g := range uint64(groups) {
 		c.addGroup(g)
@@ -97,19 +93,25 @@ func TestRaftMuxIdleGroups(t *testing.T) {
 	time.Sleep(time.Duration(seconds) * time.Second) // the interval measured: nothing to wait for
 	elapsed := time.Since(start)
 	cpu := processCPU(t) - cpu0
-	t.Logf("groups with a leader: %d before the interval, %d after", leaders0, c.leaders())
+	leaders1 := c.leaders()
+	t.Logf("groups with a leader: %d before the interval, %d after", leaders0, leaders1)
+	if dump := os.Getenv("RAFTLOG_IDLE_DUMP"); dump != "" && leaders1 < groups {
+		if f, err := os.Create(dump); err == nil {
+			pprof.Lookup("goroutine").WriteTo(f, 1)
+			f.Close()
+		}
+	}
 
 	perNode := cpu.Seconds() / elapsed.Seconds() / float64(len(c.nodes))
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
-	t.Logf("%d idle groups on %d nodes, CommitTimeout %v, IdleAppendWindow %v, MaxInFlight %d, over %.1fs: process CPU %.3f cores, %.3f cores per node, %.2f ms CPU per group per second per node; %d goroutines, %.0f MiB heap in use",
-		groups, len(c.nodes), commitTimeout, window, inFlight, elapsed.Seconds(), cpu.Seconds()/elapsed.Seconds(), perNode,
+	t.Logf("%d idle groups on %d nodes, CommitTimeout %v, MaxInFlight %d, over %.1fs: process CPU %.3f cores, %.3f cores per node, %.2f ms CPU per group per second per node; %d goroutines, %.0f MiB heap in use",
+		groups, len(c.nodes), commitTimeout, inFlight, elapsed.Seconds(), cpu.Seconds()/elapsed.Seconds(), perNode,
 		1000*perNode/float64(groups), runtime.NumGoroutine(), float64(ms.HeapInuse)/(1<<20))
 	for i, n := range c.nodes {
 		s := n.mux.Stats()
-		t.Logf("%s: leads %d groups; requests sent %.0f/s, served %.0f/s, answered without sending %.0f/s; connections open %d (dialled %d, accepted %d in all)",
-			n.id, c.leaderCount(n), float64(s.Sent-before[i].Sent)/elapsed.Seconds(), float64(s.Served-before[i].Served)/elapsed.Seconds(),
-			float64(s.IdleAnswered-before[i].IdleAnswered)/elapsed.Seconds(), s.Conns, s.Dialled, s.Accepted)
+		t.Logf("%s: leads %d groups; requests sent %.0f/s, served %.0f/s; connections open %d (dialled %d, accepted %d in all)",
+			n.id, c.leaderCount(n), float64(s.Sent-before[i].Sent)/elapsed.Seconds(), float64(s.Served-before[i].Served)/elapsed.Seconds(), s.Conns, s.Dialled, s.Accepted)
 	}
 	moved := 0
 	for g := range uint64(groups) {

@@ -35,9 +35,23 @@ var ErrRaftGroupExists = errors.New("transport: raft group already registered")
 // each have a connection of their own, and the answering side serves a
 // connection's requests in order; so a group whose raft does not read its
 // Consumer holds up only the connections that carry its own calls, never
-// another group's. The price is connections: a peer gets as many as it
+// another group's; and a request its raft does not take within Timeout
+// (when its caller has given up) is answered with an error, which frees
+// the connection. The price is connections: a peer gets as many as it
 // has calls in progress at once, over all groups, and keeps up to MaxPool
 // idle ones per group registered.
+//
+// Idle groups: an idle group's traffic is raft's own. Each leader sends
+// every follower a heartbeat every HeartbeatTimeout/10 to twice that, and
+// an AppendEntries without entries every CommitTimeout to twice that, so
+// that followers learn the commit index; with a CommitTimeout of a few
+// milliseconds the second is most of the RPCs (TestRaftMuxIdleGroups
+// measures them). The transport sends them all: answering a repeated one
+// from the follower's last answer would be cheaper, but raft counts a
+// successful AppendEntries answer as the follower's vote in VerifyLeader,
+// and a remembered answer would confirm a leadership the follower may
+// have moved on from (after a restart, say), letting a deposed leader
+// serve a stale read.
 //
 // A request for a group that is not registered (never, or no longer) is
 // answered with an error ("group N is not on this node"), which the
@@ -67,7 +81,7 @@ type RaftMux struct {
 
 // raftMuxCounters count what a mux did; every field is updated atomically.
 type raftMuxCounters struct {
-	sent, served, unknown, dialled, accepted, idleAnswered atomic.Uint64
+	sent, served, unknown, untaken, dialled, accepted atomic.Uint64
 }
 
 // RaftMuxStats are a mux's counters since it started.
@@ -81,12 +95,12 @@ type RaftMuxStats struct {
 	// UnknownGroup counts the requests answered with an error because
 	// their group is not registered here.
 	UnknownGroup uint64
+	// NotTaken counts the requests answered with an error because their
+	// group's raft did not take them within Timeout.
+	NotTaken uint64
 	// Dialled and Accepted count connections opened by this node and by
 	// its peers.
 	Dialled, Accepted uint64
-	// IdleAnswered counts the idle AppendEntries answered without being
-	// sent (RaftTransportConfig.IdleAppendWindow).
-	IdleAnswered uint64
 	// Conns is the number of connections open now, dialled (idle in the
 	// pool or in use) and accepted.
 	Conns int
@@ -186,8 +200,8 @@ func (m *RaftMux) Stats() RaftMuxStats {
 	m.mu.Unlock()
 	return RaftMuxStats{
 		Conns: conns,
-		Sent:  m.stats.sent.Load(), Served: m.stats.served.Load(), UnknownGroup: m.stats.unknown.Load(),
-		Dialled: m.stats.dialled.Load(), Accepted: m.stats.accepted.Load(), IdleAnswered: m.stats.idleAnswered.Load(),
+		Sent:  m.stats.sent.Load(), Served: m.stats.served.Load(), UnknownGroup: m.stats.unknown.Load(), NotTaken: m.stats.untaken.Load(),
+		Dialled: m.stats.dialled.Load(), Accepted: m.stats.accepted.Load(),
 	}
 }
 

@@ -219,7 +219,7 @@ func TestRaftMuxRemovedGroup(t *testing.T) {
 // holds up its own calls and nothing else: the other groups' calls to the
 // same node, sent at the same time, are all answered.
 func TestRaftMuxBlockedGroup(t *testing.T) {
-	server, client := newTestMux(t, nil), newTestMux(t, &RaftTransportConfig{Timeout: time.Minute, MaxInFlight: 4})
+	server, client := newTestMux(t, &RaftTransportConfig{Timeout: time.Minute}), newTestMux(t, &RaftTransportConfig{Timeout: time.Minute, MaxInFlight: 4})
 	muxGroup(t, server, 1) // never read
 	const others = 4
 	for g := range uint64(others) {
@@ -293,138 +293,28 @@ func TestRaftMuxBlockedGroup(t *testing.T) {
 	bp.Close()
 }
 
-// TestRaftTransportIdleAppendWindow: with IdleAppendWindow set, an idle
-// AppendEntries that repeats one answered with Success within the window
-// gets that answer without being sent; any change, a heartbeat, a failed
-// answer or the window's end sends it.
-func TestRaftTransportIdleAppendWindow(t *testing.T) {
-	server := newTestMux(t, nil)
-	var sent atomic.Int64
-	var fail atomic.Bool
-	serveRPCs(t, muxGroup(t, server, 1), func(rpc raft.RPC) (any, error) {
-		r := rpc.Command.(*raft.AppendEntriesRequest)
-		sent.Add(1)
-		if fail.Load() {
-			return &raft.AppendEntriesResponse{Term: r.Term, LastLog: 1}, nil
+// TestRaftMuxRequestNotTaken: a request whose group's raft does not take
+// it within the answering side's Timeout gets an error, and the
+// connection serves the next request.
+func TestRaftMuxRequestNotTaken(t *testing.T) {
+	server := newTestMux(t, &RaftTransportConfig{Timeout: 100 * time.Millisecond})
+	stuck := muxGroup(t, server, 1) // never read, at first
+	client := muxGroup(t, newTestMux(t, &RaftTransportConfig{Timeout: time.Minute, MaxPool: 1}), 1)
+	testwait.Within(t, "the call", 30*time.Second, func() {
+		err := client.RequestVote("s", server.LocalAddr(), &raft.RequestVoteRequest{}, new(raft.RequestVoteResponse))
+		if err == nil || !strings.Contains(err.Error(), "raft group 1 did not take the request within 100ms") {
+			t.Errorf("a call to a stuck group: %v", err)
 		}
-		return &raft.AppendEntriesResponse{Term: r.Term, LastLog: r.PrevLogEntry + uint64(len(r.Entries)), Success: true}, nil
 	})
-	idle := func(commit uint64) *raft.AppendEntriesRequest {
-		return &raft.AppendEntriesRequest{RPCHeader: testHeader, Term: 2, Leader: []byte("l"), PrevLogEntry: 9, PrevLogTerm: 2, LeaderCommitIndex: commit}
+	if n := server.Stats().NotTaken; n != 1 {
+		t.Fatalf("NotTaken %d, want 1", n)
 	}
-	for _, c := range []struct {
-		name   string
-		window time.Duration
-	}{{"off", 0}, {"on", time.Hour}} {
-		t.Run(c.name, func(t *testing.T) {
-			client := muxGroup(t, newTestMux(t, &RaftTransportConfig{Timeout: 5 * time.Second, IdleAppendWindow: c.window}), 1)
-			expect := func(what string, req *raft.AppendEntriesRequest, wantSent bool) {
-				t.Helper()
-				before := sent.Load()
-				var resp raft.AppendEntriesResponse
-				err := client.AppendEntries("s", server.LocalAddr(), req, &resp)
-				if got := sent.Load() - before; err != nil || resp.Term != 2 || got != map[bool]int64{false: 0, true: 1}[wantSent || c.window == 0] {
-					t.Fatalf("%s: %+v, %v, %d sent", what, resp, err, got)
-				}
-			}
-			expect("the first idle request", idle(5), true)
-			for range 3 {
-				expect("a repeat", idle(5), false)
-			}
-			expect("a new commit index", idle(6), true)
-			expect("its repeat", idle(6), false)
-			hb := &raft.AppendEntriesRequest{RPCHeader: testHeader, Term: 2, Leader: []byte("l")}
-			expect("a heartbeat", hb, true)
-			expect("a heartbeat again", hb, true)
-			withEntries := idle(6)
-			withEntries.Entries = []*raft.Log{{Index: 10, Term: 2, Data: []byte("x")}}
-			expect("a request with entries", withEntries, true)
-			expect("the idle request after it", idle(6), true)
-			fail.Store(true)
-			expect("a request answered Success false", idle(7), true)
-			expect("its repeat", idle(7), true)
-			fail.Store(false)
-			expect("a request answered Success", idle(7), true)
-			expect("its repeat", idle(7), false)
-			if n := client.Mux().Stats().IdleAnswered; n != map[bool]uint64{false: 0, true: 5}[c.window > 0] {
-				t.Fatalf("%d requests answered without sending", n)
-			}
-		})
+	serveRPCs(t, stuck, func(rpc raft.RPC) (any, error) { return &raft.RequestVoteResponse{Granted: true}, nil })
+	var resp raft.RequestVoteResponse
+	if err := client.RequestVote("s", server.LocalAddr(), &raft.RequestVoteRequest{}, &resp); err != nil || !resp.Granted {
+		t.Fatalf("once raft reads: %+v, %v", resp, err)
 	}
-
-	// The window's end: a repeat goes out again.
-	client := muxGroup(t, newTestMux(t, &RaftTransportConfig{Timeout: 5 * time.Second, IdleAppendWindow: 20 * time.Millisecond}), 1)
-	var resp raft.AppendEntriesResponse
-	if err := client.AppendEntries("s", server.LocalAddr(), idle(8), &resp); err != nil {
-		t.Fatal(err)
-	}
-	before := sent.Load()
-	deadline := time.Now().Add(10 * time.Second)
-	for sent.Load() == before {
-		if time.Now().After(deadline) {
-			t.Fatal("repeats were still answered without sending after 10s of a 20ms window")
-		}
-		if err := client.AppendEntries("s", server.LocalAddr(), idle(8), &resp); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-// TestRaftPipelineIdleAppendWindow: a pipeline answers a repeated idle
-// AppendEntries from memory only when nothing else is in flight, and
-// hands every answer to Consumer in order.
-func TestRaftPipelineIdleAppendWindow(t *testing.T) {
-	server := newTestMux(t, nil)
-	var sent atomic.Int64
-	release := make(chan struct{})
-	serveRPCs(t, muxGroup(t, server, 1), func(rpc raft.RPC) (any, error) {
-		r := rpc.Command.(*raft.AppendEntriesRequest)
-		sent.Add(1)
-		if r.LeaderCommitIndex == 99 {
-			<-release
-		}
-		return &raft.AppendEntriesResponse{Term: r.Term, LastLog: r.LeaderCommitIndex, Success: true}, nil
-	})
-	client := muxGroup(t, newTestMux(t, &RaftTransportConfig{Timeout: 5 * time.Second, MaxInFlight: 4, IdleAppendWindow: time.Hour}), 1)
-	p, err := client.AppendEntriesPipeline("s", server.LocalAddr())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Close()
-	idle := func(commit uint64) *raft.AppendEntriesRequest {
-		return &raft.AppendEntriesRequest{RPCHeader: testHeader, Term: 2, PrevLogEntry: 9, PrevLogTerm: 2, LeaderCommitIndex: commit}
-	}
-	send := func(commit uint64) {
-		t.Helper()
-		if _, err := p.AppendEntries(idle(commit), new(raft.AppendEntriesResponse)); err != nil {
-			t.Fatal(err)
-		}
-	}
-	consume := func(want ...uint64) {
-		t.Helper()
-		testwait.Within(t, "the answers", 10*time.Second, func() {
-			for _, w := range want {
-				if f := <-p.Consumer(); f.Error() != nil || f.Response().LastLog != w || f.Request().LeaderCommitIndex != w {
-					t.Errorf("answer %d: %+v, %v", w, f.Response(), f.Error())
-				}
-			}
-		})
-	}
-	send(5)
-	consume(5)
-	send(5)
-	send(5)
-	consume(5, 5)
-	if n := sent.Load(); n != 1 {
-		t.Fatalf("%d requests sent, want the repeats answered from memory", n)
-	}
-	// A request in flight: a repeat behind it is sent, not answered
-	// ahead of it.
-	send(99)
-	send(5)
-	close(release)
-	consume(99, 5)
-	if n := sent.Load(); n != 3 {
-		t.Fatalf("%d requests sent, want 3", n)
+	if s := client.Mux().Stats(); s.Dialled != 1 {
+		t.Fatalf("%d connections dialled, want the first one reused", s.Dialled)
 	}
 }

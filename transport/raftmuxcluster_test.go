@@ -17,19 +17,10 @@ import (
 // every group elects a leader and replicates; a group added while the
 // others run joins; a group removed from one node gets errors there while
 // the others go on; and a group whose follower is stuck (its raft does not
-// read its Consumer) holds up no other group. It runs with
-// IdleAppendWindow off and on.
+// read its Consumer) holds up no other group.
 func TestRaftMuxCluster(t *testing.T) {
-	for _, window := range []time.Duration{0, 100 * time.Millisecond} {
-		t.Run(fmt.Sprintf("IdleAppendWindow=%v", window), func(t *testing.T) {
-			testRaftMuxCluster(t, RaftTransportConfig{Timeout: 5 * time.Second, IdleAppendWindow: window})
-		})
-	}
-}
-
-func testRaftMuxCluster(t *testing.T, tc RaftTransportConfig) {
 	const groups = 8
-	c := newMuxCluster(t, 3, tc, muxTestRaftConfig)
+	c := newMuxCluster(t, 3, RaftTransportConfig{Timeout: 5 * time.Second}, muxTestRaftConfig)
 	for g := range uint64(groups) {
 		c.addGroup(g + 1)
 	}

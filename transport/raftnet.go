@@ -3,8 +3,7 @@ package transport
 // RaftTransport: hashicorp/raft's Transport over the raft wire protocol
 // (raftwire.go), for one raft group of a RaftMux (raftmux.go). This file
 // holds the type, its configuration and the calling side; raftserve.go the
-// answering side; raftpipe.go pipelined AppendEntries; raftidle.go the
-// answers to idle AppendEntries given without sending them.
+// answering side; raftpipe.go pipelined AppendEntries.
 
 import (
 	"bufio"
@@ -26,7 +25,8 @@ const (
 	// DefaultRaftTimeout bounds a dial, the write of a request and the
 	// wait for its response.
 	DefaultRaftTimeout = 10 * time.Second
-	// DefaultRaftMaxPool is the number of idle connections kept per peer.
+	// DefaultRaftMaxPool is the number of idle connections kept per peer
+	// and per raft group.
 	DefaultRaftMaxPool = 4
 	// DefaultRaftMaxInFlight is the number of AppendEntries a pipeline
 	// keeps in flight.
@@ -59,9 +59,12 @@ type RaftTransportConfig struct {
 	// DefaultRaftTimeout.
 	Timeout time.Duration
 	// MaxPool is the number of idle connections kept per peer for RPCs
-	// other than pipelined AppendEntries. Each RPC in progress has a
-	// connection of its own, so a heartbeat never waits behind a large
-	// AppendEntries. Default DefaultRaftMaxPool.
+	// other than pipelined AppendEntries, for each raft group registered
+	// on the mux (a mux of 100 groups keeps up to 400 per peer by
+	// default, as many as were in use at once). Each RPC in progress has
+	// a connection of its own, so a heartbeat never waits behind a large
+	// AppendEntries, nor one group behind another. Default
+	// DefaultRaftMaxPool.
 	MaxPool int
 	// MaxInFlight is the number of AppendEntries a pipeline keeps in
 	// flight to one follower; 1 turns pipelining off (raft then replicates
@@ -73,19 +76,6 @@ type RaftTransportConfig struct {
 	// (see RaftTransport.AppendEntries); an entry that alone does not fit
 	// cannot be sent.
 	MaxFrameSize int
-	// IdleAppendWindow, when positive, answers an idle leader's repeated
-	// AppendEntries without sending them (raftidle.go): an AppendEntries
-	// without entries (not a heartbeat) that repeats field for field the
-	// last one the group sent to that peer, which the peer answered with
-	// Success less than IdleAppendWindow before (counted from its send),
-	// gets that answer again. raft sends one to every follower of every
-	// group every CommitTimeout to twice that, changed or not; this keeps
-	// idle groups quiet while every change still goes out at once. The
-	// price: a leader learns of a follower's loss, or of a newer term, up
-	// to IdleAppendWindow later (heartbeats, which raft's leadership checks
-	// use, are always sent). It applies to pipelined requests too, when
-	// none is in flight. Zero, the default, sends every request.
-	IdleAppendWindow time.Duration
 	// Logger receives connection errors. Default: a logger named
 	// "raft-transport" writing to stderr.
 	Logger hclog.Logger
@@ -114,8 +104,6 @@ func (c RaftTransportConfig) withDefaults() (RaftTransportConfig, error) {
 		return c, fmt.Errorf("%w: MaxPool %d", ErrInvalidRaftConfig, c.MaxPool)
 	case c.MaxInFlight < 0:
 		return c, fmt.Errorf("%w: MaxInFlight %d", ErrInvalidRaftConfig, c.MaxInFlight)
-	case c.IdleAppendWindow < 0:
-		return c, fmt.Errorf("%w: IdleAppendWindow %v", ErrInvalidRaftConfig, c.IdleAppendWindow)
 	case c.MaxFrameSize < minRaftFrameSize || c.MaxFrameSize > maxRaftFrameSize:
 		return c, fmt.Errorf("%w: MaxFrameSize %d is outside [%d, %d]", ErrInvalidRaftConfig, c.MaxFrameSize, minRaftFrameSize, maxRaftFrameSize)
 	}
@@ -163,9 +151,8 @@ type RaftTransport struct {
 	hb    atomic.Pointer[func(raft.RPC)] // the heartbeat handler, if set
 
 	mu     sync.Mutex
-	closed bool                               // guarded by mu
-	inUse  map[io.Closer]struct{}             // the group's connections in use by its calls and pipelines; guarded by mu
-	idle   map[raft.ServerAddress]*idleAppend // per peer, the last idle AppendEntries answered with Success; guarded by mu
+	closed bool                   // guarded by mu
+	inUse  map[io.Closer]struct{} // the group's connections in use by its calls and pipelines; guarded by mu
 }
 
 // NewRaftTransport returns the transport of raft group 0 on a new RaftMux
@@ -339,17 +326,8 @@ func (t *RaftTransport) AppendEntriesPipeline(_ raft.ServerID, target raft.Serve
 // exceed MaxFrameSize it sends only the leading entries that fit and cuts
 // args.Entries to them: raft reads args.Entries after the call to learn
 // which entries the follower got, and sends the rest next.
-//
-// With IdleAppendWindow set, a repeated idle AppendEntries may be answered
-// without being sent (raftidle.go).
 func (t *RaftTransport) AppendEntries(_ raft.ServerID, target raft.ServerAddress, args *raft.AppendEntriesRequest, resp *raft.AppendEntriesResponse) error {
-	if t.repeated(target, args, resp) {
-		return nil
-	}
-	start := time.Now()
-	err := t.call(target, raftAppendEntries, args, resp)
-	t.remember(target, args, resp, err, start)
-	return err
+	return t.call(target, raftAppendEntries, args, resp)
 }
 
 // RequestVote implements raft.Transport.

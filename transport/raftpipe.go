@@ -18,10 +18,7 @@ package transport
 // blocking step waits on something that is bound to happen: the window
 // frees when the decoder hands a future over, which raft's consumer takes
 // while it runs; it stops only after a failed future, which has already
-// failed the sends; and Close releases everything. A repeated idle
-// request answered from memory (raftidle.go) is handed over by the sender
-// itself, only when nothing else is in flight, and waits the same way:
-// on raft's consumer, or the failure.
+// failed the sends; and Close releases everything.
 
 import (
 	"sync"
@@ -108,21 +105,6 @@ func (p *raftPipeline) AppendEntries(args *raft.AppendEntriesRequest, resp *raft
 		return nil, p.failErr
 	default:
 	}
-	if len(p.window) == 1 && p.t.repeated(p.c.target, args, resp) {
-		// Answered from memory (raftidle.go). Nothing else is in flight
-		// (each request holds a window token until the decoder has
-		// handed it over), so handing it over here keeps the order.
-		// Consumer drains done until the pipeline fails.
-		f.respond(nil)
-		select {
-		case p.done <- f:
-			<-p.window
-			return f, nil
-		case <-p.failed:
-			<-p.window
-			return nil, p.failErr
-		}
-	}
 	if p.t.cfg.Timeout > 0 {
 		p.c.conn.SetWriteDeadline(time.Now().Add(p.t.cfg.Timeout))
 	}
@@ -156,7 +138,6 @@ func (p *raftPipeline) decode() {
 		if err == nil {
 			err = rpcErr
 		}
-		p.t.remember(p.c.target, f.args, f.resp, err, f.start)
 		if err != nil || !f.resp.Success || f.resp.Term > f.args.Term {
 			// raft stops consuming at this future: stop taking sends
 			// before handing it over.

@@ -173,19 +173,26 @@ func (m *RaftMux) serveRequest(conn net.Conn, br *bufio.Reader, queue chan<- *ra
 	case <-m.done:
 		return errRaftConnDone
 	}
+	var hb *func(raft.RPC)
+	if g != nil && isHeartbeat(cmd) {
+		hb = g.hb.Load() // once: a concurrent SetHeartbeatHandler(nil) may clear it
+	}
 	switch {
 	case g == nil:
 		m.stats.unknown.Add(1)
 		p.resp <- raft.RPCResponse{Error: fmt.Errorf("%w: group %d is not on this node", errRaftNoGroup, f.group)}
-	case isHeartbeat(cmd) && g.hb.Load() != nil:
-		(*g.hb.Load())(rpc)
+	case hb != nil:
+		(*hb)(rpc)
 	default:
-		select {
-		case g.rpcs <- rpc:
-		case <-g.done:
-			// The writer answers: the group was removed.
-		case <-m.done:
-			return errRaftConnDone
+		wait := m.cfg.Timeout
+		if isSnap && wait > 0 {
+			wait = snapshotTimeout(wait, snap.Size)
+		}
+		if err := m.handOver(g, rpc, wait); err != nil {
+			if err == errRaftConnDone {
+				return err
+			}
+			p.resp <- raft.RPCResponse{Error: err}
 		}
 	}
 	if isSnap {
@@ -196,6 +203,41 @@ func (m *RaftMux) serveRequest(conn net.Conn, br *bufio.Reader, queue chan<- *ra
 	}
 	return nil
 }
+
+// handOver hands rpc to g's Consumer. When g's raft does not take it
+// within wait, the caller's own timeout (zero: no limit), it returns an
+// error for the caller instead: a group whose raft is stuck pins the
+// connections of its calls of the last Timeout, not of every call since
+// it stuck. It returns nil, with the writer to answer, when the group is
+// removed, and errRaftConnDone when the mux closes.
+func (m *RaftMux) handOver(g *RaftTransport, rpc raft.RPC, wait time.Duration) error {
+	select {
+	case g.rpcs <- rpc:
+		return nil
+	default:
+	}
+	var expired <-chan time.Time
+	if wait > 0 {
+		timer := time.NewTimer(wait)
+		defer timer.Stop()
+		expired = timer.C
+	}
+	select {
+	case g.rpcs <- rpc:
+		return nil
+	case <-g.done:
+		return nil
+	case <-m.done:
+		return errRaftConnDone
+	case <-expired:
+		m.stats.untaken.Add(1)
+		return fmt.Errorf("%w: raft group %d did not take the request within %v", errRaftNotTaken, g.group, wait)
+	}
+}
+
+// errRaftNotTaken is the error a request gets when its group's raft does
+// not take it within Timeout. It travels to the caller as text.
+var errRaftNotTaken = errors.New("transport: raft group busy")
 
 // isHeartbeat reports whether cmd is an AppendEntries that carries
 // nothing but the term and the leader, the RPC raft's heartbeat handler
