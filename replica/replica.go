@@ -38,10 +38,14 @@ type Config struct {
 	SnapshotDir string
 	FS          vfs.FS
 
-	// Raft's timings (raft.Config).
+	// Raft's timings (raft.Config). CommitTimeout, default 5 ms, is how
+	// long an idle leader waits before it tells a follower the commit
+	// index with an empty AppendEntries: each follower of each group gets
+	// one that often while writes stop.
 	HeartbeatTimeout   time.Duration
 	ElectionTimeout    time.Duration
 	LeaderLeaseTimeout time.Duration
+	CommitTimeout      time.Duration
 	SnapshotThreshold  uint64
 
 	// BatchLinger, BatchesInFlight: see Proposer.
@@ -167,6 +171,9 @@ func (r *Replica) raftConfig() *raft.Config {
 	rc.ElectionTimeout = c.ElectionTimeout
 	rc.LeaderLeaseTimeout = c.LeaderLeaseTimeout
 	rc.CommitTimeout = 5 * time.Millisecond
+	if c.CommitTimeout > 0 {
+		rc.CommitTimeout = c.CommitTimeout
+	}
 	rc.SnapshotThreshold = c.SnapshotThreshold
 	rc.SnapshotInterval = 10 * time.Second
 	// Raft never compacts its log: the log is the data, and trims decide
