@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/transport"
 )
 
 // When the leader's process dies (a crash, SIGKILL, an OOM kill) while its
@@ -17,7 +19,8 @@ import (
 // appends stopped for about 1.6 s. Lower timeouts fail over faster, but
 // elect leaders nobody asked for on a busy host.
 //
-// So a voting follower that has heard nothing from its leader for three
+// So a voting follower of a log (the default log or a named one) that has
+// heard nothing from the log's leader for three
 // heartbeat intervals (raft's heartbeat interval is a tenth of the
 // heartbeat timeout) dials the leader's raft address. A refused connection
 // means that nothing listens there any more: the process is gone. The
@@ -47,56 +50,96 @@ type leaderGone struct {
 	term  uint64 // the term the election was called in; 0 while not called
 }
 
-// leaderGoneLoop watches for a dead leader while the node follows; see
-// above.
+// leaderWatch is the watch of one log's raft group.
+type leaderWatch struct {
+	gone       *leaderGone
+	leaderID   raft.ServerID      // the leader last heard of
+	leaderAddr raft.ServerAddress // and its raft address
+	nextDial   time.Time          // no dial before: a slow leader is not dialled every tick
+}
+
+// leaderGoneLoop watches for a dead leader of every log the node follows;
+// see above. The logs' watches take turns within a tick; a dial that is
+// refused is cheap, and a live leader is dialled at most every five ticks.
 func (n *Node) leaderGoneLoop() {
 	defer n.wg.Done()
 	every := max(n.cfg.HeartbeatTimeout/10, 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var (
-		gone       *leaderGone
-		leaderID   raft.ServerID      // the leader last heard of
-		leaderAddr raft.ServerAddress // and its raft address
-		nextDial   time.Time          // no dial before: a slow leader is not dialled every tick
-	)
+	watches := map[*raft.Raft]*leaderWatch{}
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
 		}
-		r := n.raft
-		if addr, id := r.LeaderWithID(); id != "" {
-			leaderAddr, leaderID = addr, id
-		}
-		if r.State() != raft.Follower || time.Since(r.LastContact()) < 3*every || leaderID == "" || !n.gate.allowed.Load() {
-			gone = nil
-			continue
-		}
-		if gone == nil || gone.id != leaderID {
-			if time.Now().Before(nextDial) {
-				continue
+		seen := map[*raft.Raft]bool{}
+		for _, g := range n.gatedLogs() {
+			w := watches[g.r]
+			if w == nil {
+				w = &leaderWatch{}
+				watches[g.r] = w
 			}
-			if !refusesConnections(string(leaderAddr), every) {
-				nextDial = time.Now().Add(5 * every)
-				continue
+			seen[g.r] = true
+			n.watchLeader(g, w, every)
+		}
+		for r := range watches {
+			if !seen[r] {
+				delete(watches, r)
 			}
-			gone = &leaderGone{id: leaderID, addr: leaderAddr, since: time.Now()}
 		}
-		if gone.term != 0 {
-			continue // called already; raft's timeouts take over if it failed
-		}
-		rank, voter := n.survivorRank(gone.id)
-		if !voter || time.Since(gone.since) < time.Duration(rank)*leadergoneStagger {
-			continue
-		}
-		gone.term = r.CurrentTerm()
-		n.metrics.leaderGoneElections.Inc()
-		n.cfg.Logger.Warn("the leader's raft port refuses connections: its process is gone; calling an election now",
-			"leader", gone.id, "addr", gone.addr, "silent_for", time.Since(r.LastContact()).Round(time.Millisecond))
-		n.gate.timeoutNow()
 	}
+}
+
+// gatedLog is a log's raft and the vote gate its transport goes through.
+type gatedLog struct {
+	name string
+	r    *raft.Raft
+	gate *voteGate
+}
+
+// gatedLogs returns the default log's and every named log's raft held
+// here.
+func (n *Node) gatedLogs() []gatedLog {
+	out := []gatedLog{{transport.DefaultLog, n.raft, n.gate}}
+	for _, h := range n.host.all() {
+		out = append(out, gatedLog{h.name, h.r.Raft(), h.gate})
+	}
+	return out
+}
+
+// watchLeader is one tick of log g's watch w.
+func (n *Node) watchLeader(g gatedLog, w *leaderWatch, every time.Duration) {
+	r := g.r
+	if addr, id := r.LeaderWithID(); id != "" {
+		w.leaderAddr, w.leaderID = addr, id
+	}
+	if r.State() != raft.Follower || time.Since(r.LastContact()) < 3*every || w.leaderID == "" || !g.gate.allowed.Load() {
+		w.gone = nil
+		return
+	}
+	if w.gone == nil || w.gone.id != w.leaderID {
+		if time.Now().Before(w.nextDial) {
+			return
+		}
+		if !refusesConnections(string(w.leaderAddr), every) {
+			w.nextDial = time.Now().Add(5 * every)
+			return
+		}
+		w.gone = &leaderGone{id: w.leaderID, addr: w.leaderAddr, since: time.Now()}
+	}
+	if w.gone.term != 0 {
+		return // called already; raft's timeouts take over if it failed
+	}
+	rank, voter := survivorRank(r, n.cfg.ID, w.gone.id)
+	if !voter || time.Since(w.gone.since) < time.Duration(rank)*leadergoneStagger {
+		return
+	}
+	w.gone.term = r.CurrentTerm()
+	n.metrics.leaderGoneElections.Inc()
+	n.cfg.Logger.Warn("the leader's raft port refuses connections: its process is gone; calling an election now",
+		"log", g.name, "leader", w.gone.id, "addr", w.gone.addr, "silent_for", time.Since(r.LastContact()).Round(time.Millisecond))
+	g.gate.timeoutNow()
 }
 
 // refusesConnections reports whether a TCP connection to addr is refused:
@@ -110,26 +153,26 @@ func refusesConnections(addr string, timeout time.Duration) bool {
 	return errors.Is(err, syscall.ECONNREFUSED)
 }
 
-// survivorRank returns the node's place, from 0, among the voters of its
-// latest configuration other than leader, by id; false when the node is
-// not one of them.
-func (n *Node) survivorRank(leader raft.ServerID) (int, bool) {
-	f := n.raft.GetConfiguration()
+// survivorRank returns the node's (self's) place, from 0, among the
+// voters of r's latest configuration other than leader, by id; false when
+// the node is not one of them.
+func survivorRank(r *raft.Raft, self string, leader raft.ServerID) (int, bool) {
+	f := r.GetConfiguration()
 	if f.Error() != nil {
 		return 0, false
 	}
 	var ids []string
-	self := false
+	in := false
 	for _, s := range f.Configuration().Servers {
 		if s.Suffrage != raft.Voter || s.ID == leader {
 			continue
 		}
 		ids = append(ids, string(s.ID))
-		self = self || string(s.ID) == n.cfg.ID
+		in = in || string(s.ID) == self
 	}
-	if !self {
+	if !in {
 		return 0, false
 	}
 	slices.Sort(ids)
-	return slices.Index(ids, n.cfg.ID), true
+	return slices.Index(ids, self), true
 }

@@ -50,6 +50,7 @@ type hostedLog struct {
 	name string
 	r    *replica.Replica
 	tr   *transport.RaftTransport // its group on the node's mux
+	gate *voteGate                // over tr; always votes: lets leadergone.go call elections
 
 	// transferring is set while a leadership transfer to the log's
 	// preferred leader runs; notBefore, after one failed, is when the next
@@ -364,24 +365,26 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if err != nil {
 		return err
 	}
-	if err := r.Start(tr); err != nil {
-		tr.Close()
+	gate := newVoteGate(tr, true, c.ID)
+	if err := r.Start(gate); err != nil {
+		gate.Close()
 		return err
 	}
+	gate.raft.Store(r.Raft())
 	if !existing && slices.Contains(l.Initial, c.ID) {
 		var conf raft.Configuration
 		for _, m := range l.Initial {
 			nd, ok := s.Node(m)
 			if !ok {
 				r.Shutdown()
-				tr.Close()
+				gate.Close()
 				return fmt.Errorf("node: log %q: initial member %s is not a node of the catalog", l.Name, m)
 			}
 			conf.Servers = append(conf.Servers, raft.Server{Suffrage: raft.Voter, ID: raft.ServerID(m), Address: raft.ServerAddress(nd.RaftAddr)})
 		}
 		if err := r.Bootstrap(conf); err != nil {
 			r.Shutdown()
-			tr.Close()
+			gate.Close()
 			return err
 		}
 	}
@@ -389,13 +392,13 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if n.host.closed {
 		n.host.mu.Unlock()
 		r.Shutdown()
-		tr.Close()
+		gate.Close()
 		return errors.New("node: closed")
 	}
 	if n.host.logs == nil {
 		n.host.logs = map[uint64]*hostedLog{}
 	}
-	n.host.logs[l.ID] = &hostedLog{id: l.ID, name: l.Name, r: r, tr: tr}
+	n.host.logs[l.ID] = &hostedLog{id: l.ID, name: l.Name, r: r, tr: tr, gate: gate}
 	n.host.mu.Unlock()
 	c.Logger.Info("started a log's replica", "log", l.Name, "id", l.ID, "bootstrapped", !existing && slices.Contains(l.Initial, c.ID))
 	return nil
@@ -411,7 +414,7 @@ func (n *Node) dropLog(id uint64, h *hostedLog) {
 		if err := h.r.Shutdown(); err != nil {
 			n.cfg.Logger.Warn("shutting a deleted log's replica down", "id", id, "error", err)
 		}
-		h.tr.Close()
+		h.gate.Close()
 	}
 	gs := replica.GroupsOf(id)
 	for _, g := range []uint64{gs.Live, gs.ArchiveA, gs.ArchiveB} {
@@ -437,7 +440,7 @@ func (n *Node) stopLogs() []error {
 		if err := h.r.Shutdown(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
 			errs = append(errs, err)
 		}
-		h.tr.Close()
+		h.gate.Close()
 	}
 	return errs
 }

@@ -135,6 +135,19 @@ func TestNamedLogsProcesses(t *testing.T) {
 	if nl := info("orders").LeaderID; nl == victim.id {
 		t.Fatalf("orders is still led by the killed node %s", nl)
 	}
+	// A survivor saw the leader's raft port refuse connections and called
+	// the election of orders at once, rather than wait out raft's timeout.
+	called := false
+	for _, p := range nodes {
+		if b, err := os.ReadFile(p.log); p != victim && err == nil {
+			for _, line := range strings.Split(string(b), "\n") {
+				called = called || strings.Contains(line, "calling an election now") && strings.Contains(line, "log=orders")
+			}
+		}
+	}
+	if !called {
+		t.Fatal("no survivor called the election of log orders when its leader's process was gone")
+	}
 	h.start(victim)
 	waitUntil(t, time.Minute, "the killed node back", func() bool {
 		out, _, code := h.cli("status", "--addrs", victim.client, "--json", "--timeout", "2s")
