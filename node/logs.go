@@ -189,8 +189,8 @@ func (n *Node) reconcile(s *catalog.State) {
 	}
 	held := n.db.Groups()
 	for _, l := range s.LogsOf(n.cfg.ID) {
-		if l.State != catalog.LogActive || n.host.hosted(l.ID) != nil {
-			continue
+		if l.ID == catalog.DefaultID || l.State != catalog.LogActive || n.host.hosted(l.ID) != nil {
+			continue // the default log's replica is n.log, never a second one
 		}
 		if l.ID < born && !slices.Contains(held, replica.GroupsOf(l.ID).Live) {
 			n.warnLost(l)
@@ -333,6 +333,9 @@ func (n *Node) storedLogs() []uint64 {
 // startLog starts the replica of log l, which s places on the node.
 func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	c := n.cfg
+	if l.ID == catalog.DefaultID {
+		return errors.New("node: the default log's replica is not a named log's")
+	}
 	dir := n.logDir(l.ID)
 	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return err

@@ -128,6 +128,14 @@ func TestNamedLogs(t *testing.T) {
 	if fmt.Sprint(names) != "[audit default orders]" {
 		t.Fatalf("ListLogs: %v", names)
 	}
+	// The default log is in the catalog too, but its replica is the
+	// node's own: the reconciler never opens a second one over its groups
+	// (whose snapshot store's recovery would empty an archive group).
+	for id, n := range c.nodes {
+		if _, err := os.Stat(n.logDir(0)); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s made a directory for a second replica of the default log: %v", id, err)
+		}
+	}
 	d, err := cl.Log("orders").Describe(ctx)
 	if err != nil {
 		t.Fatal(err)
