@@ -151,9 +151,6 @@ func (t *tx) start(c *Start) Result {
 		}
 		seen[n.ID] = true
 	}
-	if len(c.Members) == 0 {
-		return refuse(fmt.Errorf("%w: start: the default log has no members", ErrInvalidMembers))
-	}
 	if err := distinct(c.Members); err != nil {
 		return refuse(fmt.Errorf("start: default log: %w", err))
 	}

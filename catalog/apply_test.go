@@ -75,7 +75,8 @@ func TestApply(t *testing.T) {
 				}
 			}},
 		{name: "start twice", cmd: &Start{Nodes: nodes(3), Members: []string{"n1"}, Settings: Settings{Replicas: 1}}, err: ErrExists},
-		{name: "start without members", fresh: true, cmd: &Start{Nodes: nodes(3), Settings: Settings{Replicas: 0}}, err: ErrInvalidMembers},
+		{name: "start without members", fresh: true, cmd: &Start{Nodes: nodes(3), Settings: Settings{Replicas: 0}}},
+		{name: "start without members, replicas", fresh: true, cmd: &Start{Nodes: nodes(3), Settings: Settings{Replicas: 3}}, err: ErrInvalidSettings},
 		{name: "start member not a node", fresh: true, cmd: &Start{Nodes: nodes(2), Members: []string{"n1", "n9"}, Settings: Settings{Replicas: 2}}, err: ErrInvalidMembers},
 		{name: "start member twice", fresh: true, cmd: &Start{Nodes: nodes(2), Members: []string{"n1", "n1"}, Settings: Settings{Replicas: 2}}, err: ErrInvalidMembers},
 		{name: "start node twice", fresh: true, cmd: &Start{Nodes: append(nodes(2), nodes(1)...), Members: []string{"n1"}, Settings: Settings{Replicas: 1}}, err: ErrInvalidNode},

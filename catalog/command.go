@@ -97,7 +97,10 @@ type Start struct {
 	// Nodes are the cluster's nodes, which start active; their State is
 	// neither encoded nor read.
 	Nodes []Node
-	// Members are the default log's members, nodes of Nodes.
+	// Members are the default log's members, nodes of Nodes; none when
+	// the caller keeps the default log out of placement (its members are
+	// then the cluster's voters, which the catalog does not track: package
+	// node does so).
 	Members []string
 	// Settings are the default log's replicas and retention.
 	Settings Settings

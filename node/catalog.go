@@ -22,7 +22,6 @@ import (
 	"io"
 	"slices"
 
-	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/replica"
@@ -86,16 +85,14 @@ func (n *Node) syncCatalog(ctx context.Context) error {
 	servers := f.Configuration().Servers
 	s := n.catalog.State()
 	if !s.Started() {
+		// The default log gets no members in the catalog: its members are
+		// the cluster's voters (joins and removals change them, not
+		// replica moves), so it is neither placed, counted nor moved.
 		start := &catalog.Start{}
 		for _, srv := range servers {
 			id := string(srv.ID)
 			start.Nodes = append(start.Nodes, catalog.Node{ID: id, RaftAddr: string(srv.Address), ClientAddr: n.fsm.Member(id)})
-			if srv.Suffrage == raft.Voter {
-				start.Members = append(start.Members, id)
-			}
 		}
-		slices.Sort(start.Members)
-		start.Settings = catalog.Settings{Replicas: len(start.Members)}
 		res, err := n.proposeCatalog(ctx, start)
 		if err != nil {
 			return err

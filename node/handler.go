@@ -204,6 +204,9 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	case found.Suffrage == raft.Voter && voters == 1:
 		return nil, &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf("node %q is the only voter: the cluster cannot go on without it", r.NodeID)}
 	}
+	if drained, err := n.drain(ctx, r.NodeID); err != nil || drained {
+		return n.removeOutcome(r.NodeID, err)
+	}
 	self := r.NodeID == n.cfg.ID
 	if self {
 		// Forget the leader's own client address first: once removed,

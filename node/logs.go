@@ -65,6 +65,9 @@ type logHost struct {
 	logs   map[uint64]*hostedLog // by log id; guarded by mu
 	closed bool                  // set by stopLogs; guarded by mu
 	warned map[uint64]bool       // logs warnLost has warned of; guarded by mu
+	// drained are the nodes this node, leading, removed once drained
+	// (moves.go), with the index of their removal; guarded by mu.
+	drained map[string]uint64
 }
 
 // hosted returns the running replica of log id, nil if none.
@@ -192,7 +195,7 @@ func (n *Node) reconcile(s *catalog.State) {
 		if l.ID == catalog.DefaultID || l.State != catalog.LogActive || n.host.hosted(l.ID) != nil {
 			continue // the default log's replica is n.log, never a second one
 		}
-		if l.ID < born && !slices.Contains(held, replica.GroupsOf(l.ID).Live) {
+		if l.ID < born && l.Joining != n.cfg.ID && !slices.Contains(held, replica.GroupsOf(l.ID).Live) {
 			n.warnLost(l)
 			continue
 		}
@@ -204,14 +207,23 @@ func (n *Node) reconcile(s *catalog.State) {
 		l, ok := s.LogByID(id)
 		return id < s.NextID() && (!ok || l.State == catalog.LogDeleting)
 	}
+	// A log moved away (its move finished) is dropped only from a current
+	// catalog: a copy being replayed may show a time before the log moved
+	// here.
+	movedAway := func(id uint64) bool {
+		l, ok := s.LogByID(id)
+		return ok && l.State == catalog.LogActive && !l.HostedBy(n.cfg.ID) && n.catalogCurrent()
+	}
 	for _, h := range n.host.all() {
-		if gone(h.id) {
+		if gone(h.id) || movedAway(h.id) {
 			n.dropLog(h.id, h)
+			continue
 		}
+		n.reconfigure(s, h)
 	}
 	n.balanceLeaders(s)
 	for _, id := range n.storedLogs() {
-		if n.host.hosted(id) == nil && gone(id) {
+		if n.host.hosted(id) == nil && (gone(id) || movedAway(id)) {
 			n.dropLog(id, nil)
 		}
 	}
@@ -219,14 +231,14 @@ func (n *Node) reconcile(s *catalog.State) {
 
 // transferRetry is how long a leader waits after a failed transfer of a
 // log's leadership to its preferred leader before it tries again.
-const transferRetry = 10 * time.Second
+const transferRetry = 3 * time.Second
 
 // balanceLeaders hands the leadership of each log this node leads, but is
 // not the catalog's preferred leader of (the first member, chosen at
 // create so that leaders spread evenly), to the preferred leader when it is
 // a voter of the log's group: after a node returns, the logs it should
 // lead come back to it. raft first brings the target up to date; a
-// transfer that fails (the node is down) is retried after transferRetry.
+// transfer that fails (the node is down or catching up) is retried after transferRetry.
 func (n *Node) balanceLeaders(s *catalog.State) {
 	for _, h := range n.host.all() {
 		l, ok := s.LogByID(h.id)
@@ -281,8 +293,9 @@ func (n *Node) balanceLeaders(s *catalog.State) {
 // have held it and lost it (its data dir was wiped and it rejoined), and
 // a raft member that forgot its votes must not vote again; so the node
 // does not start it, and the log runs on its other replicas. A log with a
-// higher id is one the node can never have held: it bootstraps or joins
-// it from nothing.
+// higher id is one the node can never have held, and a log moving a
+// replica to the node (catalog.Log.Joining) is one its leader adds it to
+// as a new member: it starts those from nothing.
 func (n *Node) logsBorn(s *catalog.State) (uint64, error) {
 	v, ok, err := n.marks.read(logsBornFile)
 	if err != nil {
@@ -316,6 +329,22 @@ func (n *Node) warnLost(l catalog.Log) {
 		n.cfg.Logger.Warn("not starting a log this node holds no data of although it should: it may have lost it (its data dir was wiped), and a replica that forgot its votes must not vote; the log runs on its other replicas",
 			"log", l.Name, "id", l.ID)
 	}
+}
+
+// catalogCurrent reports whether the node's copy of the catalog holds
+// every command committed until a moment ago: it leads the default log, or
+// follows a leader it heard from within a heartbeat timeout and has
+// applied the commit index that leader gave it.
+func (n *Node) catalogCurrent() bool {
+	if n.log.IsLeader() {
+		return true
+	}
+	r := n.raft
+	if _, id := r.LeaderWithID(); id == "" || r.State() != raft.Follower {
+		return false
+	}
+	lc := r.LastContact()
+	return !lc.IsZero() && time.Since(lc) < n.cfg.HeartbeatTimeout && n.fsm.Applied.Load() >= r.CommitIndex()
 }
 
 // storedLogs returns the ids of the named logs whose groups the node's DB
@@ -552,17 +581,19 @@ func (n *Node) defaultLogInfo() transport.LogInfo {
 // NotLeader naming the leader or a member.
 func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogRequest) (*transport.DescribeLogResponse, error) {
 	var (
-		info transport.LogInfo
-		r    *replica.Replica
+		info  transport.LogInfo
+		hosts []string
+		r     *replica.Replica
 	)
 	if req.Name == "" || req.Name == transport.DefaultLog {
 		info, r = n.defaultLogInfo(), n.log
+		hosts = info.Members
 	} else {
 		l, err := n.lookupLog(req.Name)
 		if err != nil {
 			return nil, err
 		}
-		info = logInfo(l)
+		info, hosts = logInfo(l), l.Hosts()
 		h := n.host.hosted(l.ID)
 		if h == nil {
 			return nil, n.notHosted(l)
@@ -575,13 +606,17 @@ func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogReques
 	if _, err := r.Leading(ctx); err != nil {
 		return nil, err
 	}
-	return describe(info, r, n.catalog.State()), nil
+	return describe(info, hosts, r, n.catalog.State()), nil
 }
 
 // describe describes a log its leader r serves: info, and how r's raft
 // group stands. A member's CaughtUp is known for the leader only (raft
 // does not tell a follower's progress).
-func describe(info transport.LogInfo, r *replica.Replica, s *catalog.State) *transport.DescribeLogResponse {
+//
+// hosts are the nodes the catalog has the log on, a move's joining node
+// included: a voter among them is a Follower, a voter not among them is
+// Leaving.
+func describe(info transport.LogInfo, hosts []string, r *replica.Replica, s *catalog.State) *transport.DescribeLogResponse {
 	rf := r.Raft()
 	resp := &transport.DescribeLogResponse{Log: info, LastIndex: rf.LastIndex(), CommitIndex: rf.CommitIndex(), Bytes: r.FSM().RecordBytes()}
 	if floor := r.FSM().ReadView().Floor; resp.LastIndex >= floor {
@@ -616,7 +651,7 @@ func describe(info transport.LogInfo, r *replica.Replica, s *catalog.State) *tra
 		case !ok:
 		case raft.ServerID(id) == leader:
 			m.Role, m.CaughtUp = transport.RoleLeader, true
-		case srv.Suffrage == raft.Voter && slices.Contains(info.Members, id):
+		case srv.Suffrage == raft.Voter && slices.Contains(hosts, id):
 			m.Role = transport.RoleFollower
 		case srv.Suffrage == raft.Voter:
 			m.Role = transport.RoleLeaving

@@ -231,9 +231,10 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err := n.listen(); err != nil {
 		return err
 	}
-	n.wg.Add(2)
+	n.wg.Add(3)
 	go n.registerLoop()
 	go n.reconcileLoop()
+	go n.planLoop()
 	n.wg.Add(2)
 	go n.spaceLoop()
 	go n.leaderGoneLoop()

@@ -1,0 +1,380 @@
+package node
+
+// Replica moves: the catalog's members of each log follow the nodes.
+//
+// The default log's leader plans (planLoop): it marks the nodes that are
+// being removed leaving, records that a new log's group has started
+// (catalog.LogStarted, once the log has a leader), begins the moves
+// catalog.Plan gives (a leaving node's replicas go elsewhere; a node that
+// joined takes replicas until the spread is even), cancels the moves whose
+// target left, finishes a move once the log's raft configuration has the
+// new replica as a voter and no longer the old one, and removes a leaving
+// node from the cluster once it holds no replica.
+//
+// Each log's leader carries out its log's move (reconfigure): it adds the
+// joining node as a voter, then removes the leaving one (handing its own
+// leadership over first if it is the one leaving), and removes any server
+// the catalog no longer has the log on (a cancelled move's target). A
+// commit then needs a majority of the new configuration, which holds the
+// old members but one, so what was acknowledged stays on a majority
+// throughout. The joining node starts the log's replica empty and receives
+// the log from the leader (a snapshot carrying the retained records when
+// the log was trimmed); the node that left drops its copy once its catalog
+// is current and no longer places the log on it.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/catalog"
+	"github.com/raftlog/raftlog/replica"
+	"github.com/raftlog/raftlog/transport"
+)
+
+// maxMoves bounds the moves under way at once in the cluster.
+const maxMoves = 4
+
+// planLoop plans on the default log's leader, every second.
+func (n *Node) planLoop() {
+	defer n.wg.Done()
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-n.ctx.Done():
+			return
+		case <-t.C:
+		}
+		if n.mux == nil || !n.log.IsLeader() || !n.catalog.State().Started() {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(n.ctx, 10*time.Second)
+		if err := n.plan(ctx); err != nil && n.ctx.Err() == nil {
+			n.cfg.Logger.Warn("planning replica moves", "error", err)
+		}
+		cancel()
+	}
+}
+
+// plan is one round of planLoop.
+func (n *Node) plan(ctx context.Context) error {
+	// Nodes that joined the cluster join the catalog, and take replicas.
+	if err := n.syncCatalog(ctx); err != nil {
+		return err
+	}
+	f := n.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		return err
+	}
+	inCluster := map[string]bool{}
+	for _, srv := range f.Configuration().Servers {
+		inCluster[string(srv.ID)] = true
+	}
+	s := n.catalog.State()
+	// Nodes removed from the cluster leave; a leaving node that holds no
+	// replica any more is forgotten.
+	for _, nd := range s.Nodes() {
+		if !inCluster[nd.ID] && nd.State == catalog.NodeActive {
+			if err := n.commitCatalog(ctx, &catalog.MarkLeaving{ID: nd.ID}); err != nil {
+				return err
+			}
+		}
+	}
+	s = n.catalog.State()
+	for _, nd := range s.Nodes() {
+		if nd.State == catalog.NodeLeaving && len(s.LogsOf(nd.ID)) == 0 {
+			if inCluster[nd.ID] {
+				if err := n.removeDrained(nd.ID); err != nil {
+					return err
+				}
+			}
+			if err := n.commitCatalog(ctx, &catalog.ForgetNode{ID: nd.ID}); err != nil {
+				return err
+			}
+		}
+	}
+	s = n.catalog.State()
+	moving := 0
+	for _, l := range s.Logs() {
+		if l.ID == catalog.DefaultID || l.State != catalog.LogActive {
+			continue
+		}
+		if l.Initial != nil {
+			if d, err := n.describeAnywhere(ctx, l); err == nil && d.Log.LeaderID != "" {
+				if err := n.commitCatalog(ctx, &catalog.LogStarted{ID: l.ID, Version: l.Version}); err != nil {
+					return err
+				}
+			}
+			continue
+		}
+		if !l.Moving() {
+			continue
+		}
+		moving++
+		d, err := n.describeAnywhere(ctx, l)
+		if err != nil {
+			continue
+		}
+		if role(d, l.Joining) == transport.RoleFollower || role(d, l.Joining) == transport.RoleLeader {
+			if r := role(d, l.Leaving); r == transport.RolePending || r == "" {
+				if err := n.commitCatalog(ctx, &catalog.FinishMove{ID: l.ID, Version: l.Version}); err != nil {
+					return err
+				}
+				n.cfg.Logger.Info("moved a log's replica", "log", l.Name, "from", l.Leaving, "to", l.Joining)
+			}
+		}
+	}
+	s = n.catalog.State()
+	for _, m := range catalog.StaleMoves(s) {
+		if err := n.commitCatalog(ctx, m.Cancel()); err != nil {
+			return err
+		}
+	}
+	for _, m := range catalog.Plan(n.catalog.State(), nil) {
+		if moving >= maxMoves {
+			break
+		}
+		if err := n.commitCatalog(ctx, m.Command()); err != nil {
+			return err
+		}
+		moving++
+		n.cfg.Logger.Info("moving a log's replica", "log", m.Name, "from", m.From, "to", m.To)
+	}
+	return nil
+}
+
+// commitCatalog commits a catalog command; a refusal (the state changed
+// since it was planned) is logged, not returned: the next round plans
+// again.
+func (n *Node) commitCatalog(ctx context.Context, cmd catalog.Command) error {
+	res, err := n.proposeCatalog(ctx, cmd)
+	if err != nil {
+		return err
+	}
+	if res.Err != nil {
+		n.cfg.Logger.Debug("catalog command refused", "kind", cmd.Kind(), "error", res.Err)
+	}
+	return nil
+}
+
+// removeDrained removes a drained leaving node from the default log's
+// raft configuration, as Remove does.
+func (n *Node) removeDrained(id string) error {
+	resp, err := n.remove(n.ctx, &transport.RemoveRequest{NodeID: id})
+	if err != nil {
+		return err
+	}
+	n.host.mu.Lock()
+	if n.host.drained == nil {
+		n.host.drained = map[string]uint64{}
+	}
+	n.host.drained[id] = resp.Index
+	n.host.mu.Unlock()
+	n.cfg.Logger.Info("removed a drained node from the cluster", "id", id)
+	return nil
+}
+
+// role returns the role of node id in a log's description, "" when it is
+// not listed.
+func role(d *transport.DescribeLogResponse, id string) string {
+	for _, m := range d.Members {
+		if m.NodeID == id {
+			return m.Role
+		}
+	}
+	return ""
+}
+
+// describeAnywhere describes log l from its leader: this node's replica if
+// it leads the log, else through the client protocol, asking the log's
+// hosts and following one NotLeader.
+func (n *Node) describeAnywhere(ctx context.Context, l catalog.Log) (*transport.DescribeLogResponse, error) {
+	if h := n.host.hosted(l.ID); h != nil && h.r.IsLeader() {
+		return describe(logInfo(l), l.Hosts(), h.r, n.catalog.State()), nil
+	}
+	s := n.catalog.State()
+	var last error
+	for _, id := range l.Hosts() {
+		nd, ok := s.Node(id)
+		if !ok || nd.ClientAddr == "" || id == n.cfg.ID {
+			continue
+		}
+		d, err := n.callDescribe(ctx, nd.ClientAddr, l.Name)
+		if te, ok := err.(*transport.Error); ok && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" {
+			d, err = n.callDescribe(ctx, te.LeaderAddr, l.Name)
+		}
+		if err == nil {
+			return d, nil
+		}
+		last = err
+	}
+	if last == nil {
+		last = fmt.Errorf("node: no host of log %q to ask", l.Name)
+	}
+	return nil, last
+}
+
+// callDescribe sends a DescribeLog to the node at addr.
+func (n *Node) callDescribe(ctx context.Context, addr, name string) (*transport.DescribeLogResponse, error) {
+	nc, err := n.dialClient(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := transport.NewConn(nc, nil)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	var resp transport.DescribeLogResponse
+	if err := conn.Call(ctx, transport.OpDescribeLog, &transport.DescribeLogRequest{Name: name}, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// reconfigure, on the leader of log h, moves the log's raft configuration
+// towards the catalog's hosts of it (see the top of this file). A move
+// adds the joining node before it removes the leaving one, so that a
+// commit needs the leaving node's copy or the joining one's while the
+// joining node catches up, unless the leaving node has already left the
+// cluster (it was removed, or is gone): then it is removed first, so that
+// no commit waits for a node that will never answer.
+func (n *Node) reconfigure(s *catalog.State, h *hostedLog) {
+	l, ok := s.LogByID(h.id)
+	rf := h.r.Raft()
+	if !ok || l.State != catalog.LogActive || !h.r.IsLeader() {
+		return
+	}
+	f := rf.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	servers := f.Configuration().Servers
+	voter := func(id string) bool {
+		return slices.ContainsFunc(servers, func(srv raft.Server) bool { return string(srv.ID) == id && srv.Suffrage == raft.Voter })
+	}
+	change := func(what, id string, fut raft.Future) bool {
+		if err := fut.Error(); err != nil {
+			n.cfg.Logger.Warn("changing a log's raft configuration", "log", l.Name, "change", what, "node", id, "error", err)
+			return false
+		}
+		n.cfg.Logger.Info("changed a log's raft configuration", "log", l.Name, "change", what, "node", id)
+		return true
+	}
+	leave := func(id string) bool {
+		if id == n.cfg.ID {
+			// The leader leaves: another member takes over and removes it.
+			change("hand leadership over", id, rf.LeadershipTransfer())
+			return false
+		}
+		return change("remove", id, rf.RemoveServer(raft.ServerID(id), 0, replica.EnqueueTimeout))
+	}
+	if l.Joining != "" && !voter(l.Joining) {
+		if voter(l.Leaving) && !n.inCluster(l.Leaving) && !leave(l.Leaving) {
+			return
+		}
+		nd, ok := s.Node(l.Joining)
+		if !ok || !change("add voter", l.Joining, rf.AddVoter(raft.ServerID(l.Joining), raft.ServerAddress(nd.RaftAddr), 0, replica.EnqueueTimeout)) {
+			return
+		}
+		if f = rf.GetConfiguration(); f.Error() != nil {
+			return
+		}
+		servers = f.Configuration().Servers
+	}
+	for _, srv := range servers {
+		id := string(srv.ID)
+		if l.HostedBy(id) && !(id == l.Leaving && voter(l.Joining)) {
+			continue
+		}
+		if !leave(id) {
+			return
+		}
+	}
+}
+
+// inCluster reports whether node id is in the default log's raft
+// configuration: a member of the cluster.
+func (n *Node) inCluster(id string) bool {
+	f := n.raft.GetConfiguration()
+	if f.Error() != nil {
+		return true
+	}
+	return slices.ContainsFunc(f.Configuration().Servers, func(srv raft.Server) bool { return string(srv.ID) == id })
+}
+
+// drain, for a Remove of a node that holds replicas of named logs, marks
+// the node leaving and waits (until ctx ends) for the planner to move its
+// replicas away and remove it (plan): a replica moves before its node
+// goes, so no log has fewer copies than its replicas. It reports false
+// when the node holds none: Remove then removes it at once.
+func (n *Node) drain(ctx context.Context, id string) (bool, error) {
+	n.host.mu.Lock()
+	_, done := n.host.drained[id]
+	n.host.mu.Unlock()
+	if done && !n.inCluster(id) {
+		return true, nil // a retry of a Remove whose drain finished
+	}
+	s := n.catalog.State()
+	if n.mux == nil || !s.Started() {
+		return false, nil
+	}
+	nd, known := s.Node(id)
+	if !known || len(s.LogsOf(id)) == 0 {
+		return false, nil
+	}
+	if nd.State == catalog.NodeActive {
+		if err := n.commitCatalog(ctx, &catalog.MarkLeaving{ID: id}); err != nil {
+			return true, err
+		}
+		n.cfg.Logger.Info("draining a node before its removal", "id", id, "logs", len(s.LogsOf(id)))
+	}
+	// Wait less than a client's attempt (its RequestTimeout, 10 s by
+	// default): the client retries the Unavailable answer, and the drain
+	// goes on meanwhile.
+	ctx, cancel := context.WithTimeout(ctx, drainWait)
+	defer cancel()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for n.inCluster(id) {
+		select {
+		case <-ctx.Done():
+			return true, ctx.Err()
+		case <-t.C:
+		}
+	}
+	return true, nil
+}
+
+// drainWait is how long a Remove waits for a drain before it answers
+// Unavailable.
+const drainWait = 8 * time.Second
+
+// removeOutcome is Remove's answer for a drained node: done, or still
+// draining when the request's time ran out.
+func (n *Node) removeOutcome(id string, err error) (*transport.RemoveResponse, error) {
+	switch {
+	case err == nil:
+		return &transport.RemoveResponse{Index: n.raft.LastIndex()}, nil
+	case ctxErr(err):
+		left := 0
+		for _, l := range n.catalog.State().LogsOf(id) {
+			if l.ID != catalog.DefaultID {
+				left++
+			}
+		}
+		return nil, &transport.Error{Code: transport.CodeUnavailable,
+			Message: fmt.Sprintf("node %s is being drained: %d of its log replicas are still to move; it leaves the cluster once none is left (run remove again to wait)", id, left)}
+	}
+	return nil, n.raftError(err)
+}
+
+// ctxErr reports whether err is a context's end.
+func ctxErr(err error) bool {
+	return errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded)
+}

@@ -1,0 +1,113 @@
+package node
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/raftlog/raftlog/catalog"
+	"github.com/raftlog/raftlog/client"
+)
+
+// replicaCounts counts the replicas of named logs the catalog places on
+// each node, and whether a move is under way.
+func replicaCounts(n *Node) (map[string]int, bool) {
+	counts := map[string]int{}
+	moving := false
+	for _, l := range n.catalog.State().Logs() {
+		if l.ID == catalog.DefaultID {
+			continue
+		}
+		moving = moving || l.Moving() || l.Initial != nil
+		for _, m := range l.Members {
+			counts[m]++
+		}
+	}
+	return counts, moving
+}
+
+// Removing a node that holds replicas of named logs moves each of them to
+// another node first (the new replica added before the old one goes), then
+// takes the node out: no acknowledged record is lost, and every log keeps
+// three voters, none of them the removed node.
+func TestRemoveNodeMovesReplicas(t *testing.T) {
+	c := newTestCluster(t, 4, nil)
+	leader := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, &client.Options{RetryTimeout: time.Minute})
+	acked := map[string]map[uint64]string{}
+	for i := range 4 {
+		name := fmt.Sprintf("m%d", i)
+		if _, err := cl.CreateLog(ctx, name, client.CreateLogOptions{Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		acked[name] = appendLog(t, ctx, cl.Log(name), name, 30)
+	}
+	victim := followerOf(c, leader)
+	id := victim.ID()
+	if counts, _ := replicaCounts(leader); counts[id] == 0 {
+		t.Fatalf("%s holds no replica to move: %v", id, counts)
+	}
+	if _, err := cl.Remove(ctx, id); err != nil {
+		t.Fatalf("remove %s: %v", id, err)
+	}
+	waitFor(t, id+" learns it was removed", func() bool { return victim.Status().Role == "Removed" })
+	counts, moving := replicaCounts(leader)
+	if counts[id] != 0 || moving {
+		t.Fatalf("after the remove: replicas %v, moving %v", counts, moving)
+	}
+	for name, want := range acked {
+		d, err := cl.Log(name).Describe(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var voters []string
+		for _, m := range d.Members {
+			if m.Role == "Leader" || m.Role == "Follower" {
+				voters = append(voters, m.NodeID)
+			}
+		}
+		if len(voters) != 3 || slices.Contains(voters, id) {
+			t.Fatalf("log %s after the remove: %+v", name, d.Members)
+		}
+		for i, r := range appendLog(t, ctx, cl.Log(name), name+"-after", 3) {
+			want[i] = r
+		}
+		sameMap(t, "log "+name+" after its replica moved", readLog(t, ctx, cl.Log(name)), want)
+	}
+	if _, ok := leader.catalog.State().Node(id); ok {
+		t.Fatalf("the catalog still knows the removed %s", id)
+	}
+}
+
+// A node that joins takes replicas of existing logs, one move at a time,
+// until the spread is even.
+func TestJoinedNodeTakesReplicas(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, &client.Options{RetryTimeout: time.Minute})
+	acked := map[string]map[uint64]string{}
+	for i := range 4 {
+		name := fmt.Sprintf("j%d", i)
+		if _, err := cl.CreateLog(ctx, name, client.CreateLogOptions{Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		acked[name] = appendLog(t, ctx, cl.Log(name), name, 20)
+	}
+	n4 := c.start("n4", func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
+	c.waitVoter(n4)
+	// 12 replicas over 4 nodes: 3 each.
+	waitFor(t, "an even spread with n4", func() bool {
+		counts, moving := replicaCounts(leader)
+		return !moving && counts["n1"] == 3 && counts["n2"] == 3 && counts["n3"] == 3 && counts["n4"] == 3
+	})
+	waitFor(t, "n4 running its replicas", func() bool { return len(n4.host.all()) == 3 })
+	for name, want := range acked {
+		sameMap(t, "log "+name+" after the rebalance", readLog(t, ctx, cl.Log(name)), want)
+	}
+}
