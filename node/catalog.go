@@ -22,7 +22,6 @@ import (
 	"io"
 	"slices"
 
-
 	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
