@@ -58,6 +58,11 @@
 // log bootstraps the log again instead of rejoining it as a new member,
 // which the node does not handle yet (README, "Named logs").
 //
+// TestLogs found that a node of a cluster with named logs loses the
+// default log's records from the floor to the index of a snapshot stream
+// it installed; TestDefaultLogSnapshotWithNamedLogs is that schedule
+// made small (see its documentation).
+//
 // # Trimming under faults
 //
 // Runs may also trim: a trimmer in the workload calls Trim every so often
