@@ -338,3 +338,48 @@ func logLabel(name string) string {
 	}
 	return name
 }
+
+// TestCheckPerLog checks that a history of several logs is checked log by
+// log: each log's appends, reads and tail against that log's final logs
+// alone, so that a record of one log found in another is a violation, and
+// two logs may hold the same indexes.
+func TestCheckPerLog(t *testing.T) {
+	inLog := func(name string, op *operation) *operation { op.Log = name; return op }
+	h := history{
+		Ops: []*operation{
+			inLog("", appendOp(0, 0, 1, "d", 3)),
+			inLog("a", appendOp(0, 0, 1, "a/x", 3)),
+			inLog("b", appendOp(0, 0, 1, "b/x", 3)),
+			inLog("a", &operation{Lane: 1, Kind: kindRead, Call: 2, Return: 3, OK: true, From: 0, Max: 10, Next: 4, Records: []entry{e(3, "a/x")}}),
+		},
+		Tail: []tailEvent{{Log: "b", At: 2, Record: &entry{3, "b/x"}}},
+	}
+	nodes := func(es ...entry) []nodeLog {
+		return []nodeLog{{Node: "n1", Entries: es}, {Node: "n2", Entries: es}}
+	}
+	for _, tt := range []struct {
+		log   string
+		final []nodeLog
+		want  string // a violation; "" for none
+		ops   int    // operations of the log
+	}{
+		{"", nodes(e(3, "d")), "", 1},
+		{"a", nodes(e(3, "a/x")), "", 2},
+		{"b", nodes(e(3, "b/x")), "", 1},
+		{"b", nodes(e(3, "a/x")), "record never appended", 1},
+		{"a", nodes(e(3, "b/x")), "acknowledged append lost", 2},
+	} {
+		lh := h.forLog(tt.log)
+		if len(lh.Ops) != tt.ops {
+			t.Errorf("log %q: %d operations, want %d", tt.log, len(lh.Ops), tt.ops)
+		}
+		res := checkRun(lh, tt.final, 10*time.Second)
+		all := strings.Join(res.violations, "\n")
+		switch {
+		case tt.want == "" && len(res.violations) > 0:
+			t.Errorf("log %q, final %v: violations:\n%s", tt.log, tt.final[0].Entries, all)
+		case tt.want != "" && !strings.Contains(all, tt.want):
+			t.Errorf("log %q, final %v: want a violation %q, got:\n%s", tt.log, tt.final[0].Entries, tt.want, all)
+		}
+	}
+}
