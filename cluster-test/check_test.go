@@ -348,9 +348,11 @@ func artefactDir(seed uint64) (string, error) {
 	return dir, os.MkdirAll(dir, 0o755)
 }
 
-// writeArtefacts writes a run's report of violations, history, porcupine
-// visualisation, final logs and node logs into dir.
-func writeArtefacts(dir string, c *cluster, h history, logs []nodeLog, res *checkResult, report string) error {
+// writeArtefacts writes a run's report of violations, history, and for
+// each log checked its final logs and porcupine visualisation, into dir;
+// the node logs too. The default log's files are final-logs.txt and
+// linearizability.html, a named log's carry its name (final-logs-NAME.txt).
+func writeArtefacts(dir string, c *cluster, h history, checks []logCheck, report string) error {
 	write := func(name string, fill func(w *bufio.Writer) error) error {
 		f, err := os.Create(filepath.Join(dir, name))
 		if err != nil {
@@ -377,25 +379,31 @@ func writeArtefacts(dir string, c *cluster, h history, logs []nodeLog, res *chec
 	if err == nil {
 		err = write("history.json", func(w *bufio.Writer) error { return h.writeJSON(w) })
 	}
-	if err == nil {
-		err = write("final-logs.txt", func(w *bufio.Writer) error {
-			for _, l := range logs {
-				fmt.Fprintf(w, "node %s (%d records, floor %d) %s\n", l.Node, len(l.Entries), l.Floor, l.Err)
-				for _, e := range l.Entries {
-					fmt.Fprintf(w, "  %s\n", e)
-				}
-			}
-			return nil
-		})
-	}
-	if err == nil && res != nil && res.model.Step != nil {
-		var anns []porcupine.Annotation
-		for _, f := range h.Faults {
-			anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End,
-				Description: f.Kind, Details: f.Detail, BackgroundColor: "#fbd5d5"})
+	for _, lc := range checks {
+		suffix := ""
+		if lc.name != "" {
+			suffix = "-" + lc.name
 		}
-		res.info.AddAnnotations(anns)
-		err = porcupine.VisualizePath(res.model, res.info, filepath.Join(dir, "linearizability.html"))
+		if err == nil {
+			err = write("final-logs"+suffix+".txt", func(w *bufio.Writer) error {
+				for _, l := range lc.logs {
+					fmt.Fprintf(w, "node %s (%d records, floor %d) %s\n", l.Node, len(l.Entries), l.Floor, l.Err)
+					for _, e := range l.Entries {
+						fmt.Fprintf(w, "  %s\n", e)
+					}
+				}
+				return nil
+			})
+		}
+		if res := lc.res; err == nil && res != nil && res.model.Step != nil {
+			var anns []porcupine.Annotation
+			for _, f := range h.Faults {
+				anns = append(anns, porcupine.Annotation{Tag: "nemesis", Start: f.Start, End: f.End,
+					Description: f.Kind, Details: f.Detail, BackgroundColor: "#fbd5d5"})
+			}
+			res.info.AddAnnotations(anns)
+			err = porcupine.VisualizePath(res.model, res.info, filepath.Join(dir, "linearizability"+suffix+".html"))
+		}
 	}
 	if c != nil {
 		c.copyLogs(dir)

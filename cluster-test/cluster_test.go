@@ -51,6 +51,10 @@ type cluster struct {
 	dir     string       // under t.TempDir(): data dirs and node logs
 	http    *http.Client // for admin endpoints; short timeouts
 	members []*member    // immutable after newCluster
+	// logs are the named logs the run created (createLogs), beside the
+	// default log; set before the workload and the nemesis start,
+	// read-only from then on.
+	logs []namedLog
 
 	mu       sync.Mutex // guards the fields below
 	problems []string   // unexpected exits and the like, for the checks
@@ -646,74 +650,26 @@ func (c *cluster) leader(ctx context.Context, timeout time.Duration) (*member, e
 
 // waitHealthy waits until every member runs unpaused, one of them leads
 // and every member reports that leader and the same term, and returns
-// the leader's status.
+// the leader's status. With named logs, it then waits until each of them
+// is healthy the same way on its members.
 func (c *cluster) waitHealthy(ctx context.Context, timeout time.Duration) (nodeStatus, error) {
-	var lead nodeStatus
-	var why string
-	err := poll(ctx, timeout, func() (bool, error) {
-		why = ""
-		sts := make([]nodeStatus, len(c.members))
-		for i, m := range c.members {
-			if !m.isUp() {
-				return false, fmt.Errorf("%s is not running", m.id)
-			}
-			st, err := m.status()
-			if err != nil {
-				why = err.Error()
-				return false, nil
-			}
-			sts[i] = st
-		}
-		leaders := 0
-		for _, st := range sts {
-			if st.Role == "Leader" {
-				leaders++
-				lead = st
-			}
-		}
-		if leaders != 1 {
-			why = fmt.Sprintf("%d leaders", leaders)
-			return false, nil
-		}
-		for _, st := range sts {
-			if st.LeaderID != lead.ID || st.Term != lead.Term {
-				why = fmt.Sprintf("%s follows %q in term %d; %s leads in term %d", st.ID, st.LeaderID, st.Term, lead.ID, lead.Term)
-				return false, nil
-			}
-		}
-		return true, nil
-	})
+	deadline := time.Now().Add(timeout)
+	lead, err := c.waitLogHealthy(ctx, "", timeout)
 	if err != nil {
-		return lead, fmt.Errorf("cluster not healthy within %v (%s): %w", timeout, why, err)
+		return lead, err
+	}
+	for _, l := range c.logs {
+		if _, err := c.waitLogHealthy(ctx, l.name, max(time.Until(deadline), pollInterval)); err != nil {
+			return lead, err
+		}
 	}
 	return lead, nil
 }
 
-// waitApplied waits until every member has applied index.
+// waitApplied waits until every member has applied index of the default
+// log.
 func (c *cluster) waitApplied(ctx context.Context, index uint64, timeout time.Duration, only ...*member) error {
-	ms := c.members
-	if len(only) > 0 {
-		ms = only
-	}
-	var why string
-	err := poll(ctx, timeout, func() (bool, error) {
-		for _, m := range ms {
-			st, err := m.status()
-			if err != nil {
-				why = err.Error()
-				return false, nil
-			}
-			if st.AppliedIndex < index {
-				why = fmt.Sprintf("%s applied %d", m.id, st.AppliedIndex)
-				return false, nil
-			}
-		}
-		return true, nil
-	})
-	if err != nil {
-		return fmt.Errorf("index %d not applied within %v (%s): %w", index, timeout, why, err)
-	}
-	return nil
+	return c.waitLogApplied(ctx, "", index, timeout, only...)
 }
 
 // waitVoter waits until m's own /status lists it as a voter.

@@ -42,7 +42,8 @@ func entries(recs []transport.Record) []entry {
 // nanoseconds on the monotonic clock since the recorder's epoch.
 type operation struct {
 	ID     int    `json:"id"`
-	Lane   int    `json:"lane"` // the worker (and record slot) that ran it: porcupine's client id
+	Log    string `json:"log,omitempty"` // the named log it went to; "" for the default log
+	Lane   int    `json:"lane"`          // the worker (and record slot) that ran it, within its log: porcupine's client id
 	Kind   string `json:"kind"`
 	Call   int64  `json:"call"`
 	Return int64  `json:"return"`
@@ -71,7 +72,11 @@ type operation struct {
 
 func (op *operation) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#%d lane %d [%s, %s] ", op.ID, op.Lane, fmtNanos(op.Call), fmtNanos(op.Return))
+	fmt.Fprintf(&b, "#%d ", op.ID)
+	if op.Log != "" {
+		fmt.Fprintf(&b, "log %s ", op.Log)
+	}
+	fmt.Fprintf(&b, "lane %d [%s, %s] ", op.Lane, fmtNanos(op.Call), fmtNanos(op.Return))
 	switch op.Kind {
 	case kindAppend:
 		fmt.Fprintf(&b, "append(%s)", op.Record)
@@ -107,6 +112,7 @@ func (op *operation) String() string {
 
 // tailEvent is one record a tail delivered, or the error of a Next.
 type tailEvent struct {
+	Log    string `json:"log,omitempty"` // the named log tailed; "" for the default log
 	At     int64  `json:"at"`
 	Record *entry `json:"record,omitempty"`
 	Err    string `json:"error,omitempty"`
@@ -219,6 +225,23 @@ func (r *recorder) snapshot() history {
 	return h
 }
 
+// forLog returns the part of h that concerns the log name ("" for the
+// default log): its operations and tail events, and every fault.
+func (h history) forLog(name string) history {
+	out := history{Faults: h.Faults}
+	for _, op := range h.Ops {
+		if op.Log == name {
+			out.Ops = append(out.Ops, op)
+		}
+	}
+	for _, ev := range h.Tail {
+		if ev.Log == name {
+			out.Tail = append(out.Tail, ev)
+		}
+	}
+	return out
+}
+
 // writeText writes h for people: faults and operations in call order.
 func (h history) writeText(w io.Writer) {
 	fmt.Fprintf(w, "faults (%d):\n", len(h.Faults))
@@ -235,14 +258,18 @@ func (h history) writeText(w io.Writer) {
 	}
 	fmt.Fprintf(w, "\ntail (%d events):\n", len(h.Tail))
 	for _, ev := range h.Tail {
+		log := ""
+		if ev.Log != "" {
+			log = " log " + ev.Log
+		}
 		if ev.Record != nil {
-			fmt.Fprintf(w, "  %s %s\n", fmtNanos(ev.At), ev.Record)
+			fmt.Fprintf(w, "  %s%s %s\n", fmtNanos(ev.At), log, ev.Record)
 		} else {
 			restart := ""
 			if ev.Restart {
 				restart = " (reopened from the first retained record)"
 			}
-			fmt.Fprintf(w, "  %s error: %s%s\n", fmtNanos(ev.At), ev.Err, restart)
+			fmt.Fprintf(w, "  %s%s error: %s%s\n", fmtNanos(ev.At), log, ev.Err, restart)
 		}
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -38,6 +39,10 @@ const (
 	// replaced: it must rejoin as a new member, never vote with its empty
 	// log.
 	faultWipeBootstrap faultKind = "wipe-bootstrap"
+	// SIGKILL the leader of a named log chosen at random, restart it: a
+	// node that leads that log and, as leaders spread, not all of the
+	// others. Only in runs with named logs (not in allFaults).
+	faultKillLogLeader faultKind = "kill-log-leader"
 )
 
 // allFaults lists every nemesis.
@@ -47,6 +52,9 @@ var allFaults = []faultKind{
 	faultPartition, faultIsolateLeader, faultBridge,
 	faultDisk, faultDiskFull, faultWipe, faultWipeBootstrap,
 }
+
+// logFaults lists the nemeses that only runs with named logs use.
+var logFaults = []faultKind{faultKillLogLeader}
 
 // needsFaultInjection reports whether k needs nodes started with
 // --fault-injection.
@@ -105,6 +113,9 @@ type nemesis struct {
 	// leader streamed to them: they were rebuilt from a snapshot stream
 	// after a trim.
 	snapshotRejoins int
+	// partialLeaderKills counts SIGKILLs of a node that led some of the
+	// logs it held and not others (runs with named logs only).
+	partialLeaderKills int
 }
 
 func newNemesis(c *cluster, rec *recorder, seed uint64, hold [2]time.Duration, overlap float64, probe func(context.Context)) *nemesis {
@@ -332,7 +343,23 @@ func (n *nemesis) start(ctx context.Context, k faultKind, busy map[*member]bool,
 		if m == nil {
 			return nil, nil
 		}
-		target(m).detail = "SIGKILL " + m.id
+		target(m).detail = "SIGKILL " + m.id + n.leadsBeforeKill(m)
+		f.heal = restart(m)
+		return f, m.kill()
+
+	case faultKillLogLeader:
+		if len(c.logs) == 0 {
+			return nil, fmt.Errorf("%s: the run has no named log", k)
+		}
+		name := c.logs[n.rng.IntN(len(c.logs))].name
+		m, err := c.logLeader(ctx, name, healthyTimeout)
+		if err != nil {
+			return nil, err
+		}
+		if busy[m] {
+			return nil, nil
+		}
+		target(m).detail = "SIGKILL " + m.id + ", leader of " + name + n.leadsBeforeKill(m)
 		f.heal = restart(m)
 		return f, m.kill()
 
@@ -363,7 +390,8 @@ func (n *nemesis) start(ctx context.Context, k faultKind, busy map[*member]bool,
 		if m == nil {
 			return nil, nil
 		}
-		target(m).detail = "SIGTERM " + m.id
+		d, _ := c.describeLeads(m)
+		target(m).detail = "SIGTERM " + m.id + d
 		f.heal = restart(m)
 		if err := m.stop(); err != nil {
 			c.problem("graceful stop: %v", err)
@@ -382,7 +410,8 @@ func (n *nemesis) start(ctx context.Context, k faultKind, busy map[*member]bool,
 		if m == nil {
 			return nil, nil
 		}
-		target(m).detail = "SIGSTOP " + m.id
+		d, _ := c.describeLeads(m)
+		target(m).detail = "SIGSTOP " + m.id + d
 		f.heal = func(context.Context) error { return m.resume() }
 		return f, m.pause()
 
@@ -513,6 +542,52 @@ func (n *nemesis) caughtUp(ctx context.Context, m *member) error {
 		n.mu.Unlock()
 	}
 	return nil
+}
+
+// leadsBeforeKill describes which logs m, about to be SIGKILLed, leads
+// (in runs with named logs; "" in others) and counts the kill if m leads
+// some of its logs and not others.
+func (n *nemesis) leadsBeforeKill(m *member) string {
+	d, partial := n.c.describeLeads(m)
+	if partial {
+		n.mu.Lock()
+		n.partialLeaderKills++
+		n.mu.Unlock()
+	}
+	return d
+}
+
+// partialLeaderKillCount returns how many SIGKILLs hit a node that led
+// some of its logs and not others.
+func (n *nemesis) partialLeaderKillCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.partialLeaderKills
+}
+
+// withoutDataLoss returns the kinds of kinds that keep every node's data
+// dir: a replica of a named log whose data dir is lost bootstraps the log
+// again instead of rejoining it as a new member (README, "Named logs",
+// "Not yet"), so runs with named logs leave those nemeses out.
+func withoutDataLoss(kinds []faultKind) []faultKind {
+	var out []faultKind
+	for _, k := range kinds {
+		if !k.losesData() {
+			out = append(out, k)
+		}
+	}
+	return out
+}
+
+// withoutLogFaults returns the kinds of kinds that need no named log.
+func withoutLogFaults(kinds []faultKind) []faultKind {
+	var out []faultKind
+	for _, k := range kinds {
+		if !slices.Contains(logFaults, k) {
+			out = append(out, k)
+		}
+	}
+	return out
 }
 
 // snapshotRejoinCount returns how many wiped members were rebuilt from a

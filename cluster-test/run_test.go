@@ -2,9 +2,11 @@ package clustertest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -29,6 +31,16 @@ type runConfig struct {
 	overlap      float64          // probability of a second fault while one holds
 	workload     workloadConfig
 	checkTimeout time.Duration // porcupine gives up after this
+	// logs, when not 0, is how many named logs (of logReplicas replicas)
+	// the run creates beside the default log, each with a workload of
+	// its own shaped like workload and checked on its own. The nemeses
+	// that lose a node's data dir are left out (see TestLogs).
+	logs int
+	// wantPartialLeaderKill makes the run fail unless a node was
+	// SIGKILLed while it led some of the logs it held and not others.
+	wantPartialLeaderKill bool
+	// replay is the command that replays the run; "" for TestRandomized's.
+	replay string
 	// wantSnapshotInstall makes the run fail unless some node installed
 	// a snapshot a leader streamed to it.
 	wantSnapshotInstall bool
@@ -52,14 +64,19 @@ func (rc runConfig) String() string {
 	if w.trimEvery > 0 {
 		trim = fmt.Sprintf("a trim every %v or so", w.trimEvery)
 	}
-	return fmt.Sprintf("seed %d: %d nodes, flush %s, %v, faults [%s] overlapping with probability %.2f, workload %d retrying + %d one-shot + %d batch appenders, %d readers, %d stale readers, tail %v, %s",
-		rc.seed, rc.nodes, flush, rc.duration, strings.Join(kinds, " "), rc.overlap, w.retryAppenders, w.onceAppenders, w.batchAppenders, w.readers, w.staleReaders, w.tail, trim)
+	logs := ""
+	if rc.logs > 0 {
+		logs = fmt.Sprintf(", %d named logs of %d replicas beside the default log, each with this workload", rc.logs, logReplicas)
+	}
+	return fmt.Sprintf("seed %d: %d nodes, flush %s, %v, faults [%s] overlapping with probability %.2f, workload %d retrying + %d one-shot + %d batch appenders, %d readers, %d stale readers, tail %v, %s%s",
+		rc.seed, rc.nodes, flush, rc.duration, strings.Join(kinds, " "), rc.overlap, w.retryAppenders, w.onceAppenders, w.batchAppenders, w.readers, w.staleReaders, w.tail, trim, logs)
 }
 
 // seededConfig derives a randomized run from seed: the cluster size, the
-// flush mode, the nemeses to mix, the workload's shape and whether it
-// trims (half of the seeds do; the choice has a random stream of its own,
-// so that it changes nothing else a seed chose before trims existed).
+// flush mode, the nemeses to mix, the workload's shape, whether it trims
+// (half of the seeds do; the choice has a random stream of its own, so
+// that it changes nothing else a seed chose before trims existed) and
+// whether it runs named logs (a third do, by a stream of its own too).
 func seededConfig(seed uint64, duration time.Duration) runConfig {
 	rng := rand.New(rand.NewPCG(seed, 0x636667))
 	rc := runConfig{
@@ -98,8 +115,20 @@ func seededConfig(seed uint64, duration time.Duration) runConfig {
 	if trng := rand.New(rand.NewPCG(seed, 0x7472696d)); trng.IntN(2) == 0 {
 		rc.workload.trimEvery = time.Duration(500+trng.IntN(1500)) * time.Millisecond
 	}
+	// A third of the seeds (not the CI seeds, ciSeeds) run three named
+	// logs beside the default log, with kill-log-leader among the
+	// nemeses and those that lose a data dir left out (see TestLogs).
+	// The choice has a random stream of its own too.
+	if lrng := rand.New(rand.NewPCG(seed, 0x6c6f6773)); lrng.IntN(3) == 0 {
+		rc.logs = seededLogs
+		rc.kinds = append(rc.kinds, faultKillLogLeader)
+	}
 	return rc
 }
+
+// seededLogs is how many named logs the randomized runs that run named
+// logs create.
+const seededLogs = 3
 
 // runStats is what a run did, for summaries.
 type runStats struct {
@@ -123,6 +152,15 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 	if left := leftOut(rc.kinds, kinds); len(left) > 0 {
 		t.Logf("leaving out %v: too few nodes, or node serve has no --fault-injection", left)
 	}
+	if rc.logs > 0 {
+		kept := withoutDataLoss(kinds)
+		if left := leftOut(kinds, kept); len(left) > 0 {
+			t.Logf("leaving out %v: a named log's replica whose data dir is lost does not rejoin yet", left)
+		}
+		kinds = kept
+	} else {
+		kinds = withoutLogFaults(kinds)
+	}
 	inject := false
 	for _, k := range kinds {
 		inject = inject || k.needsFaultInjection()
@@ -132,11 +170,32 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	if rc.logs > 0 {
+		if err := c.createLogs(ctx, rc.logs, logReplicas); err != nil {
+			t.Fatalf("seed %d: %v", rc.seed, err)
+		}
+	}
 	w, err := startWorkload(ctx, c, rec, rc.workload, rc.seed)
 	if err != nil {
 		t.Fatalf("seed %d: starting the workload: %v", rc.seed, err)
 	}
-	nm := newNemesis(c, rec, rc.seed, rc.hold, rc.overlap, w.probe)
+	var named []*workload
+	for i, l := range c.logs {
+		cfg := rc.workload
+		cfg.log = l.name
+		nw, err := startWorkload(ctx, c, rec, cfg, rc.seed^uint64(i+1)<<40)
+		if err != nil {
+			t.Fatalf("seed %d: starting the workload of log %s: %v", rc.seed, l.name, err)
+		}
+		named = append(named, nw)
+	}
+	probe := func(ctx context.Context) {
+		w.probe(ctx)
+		for _, nw := range named {
+			nw.probe(ctx)
+		}
+	}
+	nm := newNemesis(c, rec, rc.seed, rc.hold, rc.overlap, probe)
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -155,9 +214,20 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 			t.Logf("seed %d: %d wiped nodes rebuilt from a snapshot after a trim", rc.seed, n)
 		}
 	}
+	if rc.logs > 0 {
+		n := nm.partialLeaderKillCount()
+		t.Logf("seed %d: %d SIGKILLs of a node leading some of its logs and not others", rc.seed, n)
+		if rc.wantPartialLeaderKill && n == 0 {
+			t.Errorf("seed %d: no node was SIGKILLed while leading some of its logs and not others (faults %s)", rc.seed, formatCounts(nm.faultCounts()))
+		}
+	}
+	replay := rc.replay
+	if replay == "" {
+		replay = fmt.Sprintf("RAFTLOG_SEED=%d go test -run TestRandomized -v ./cluster-test/", rc.seed)
+	}
 	return verify(t, verification{
-		c: c, rec: rec, w: w, seed: rc.seed, what: "run " + rc.String(),
-		replay:       fmt.Sprintf("RAFTLOG_SEED=%d go test -run TestRandomized -v ./cluster-test/ (the schedule replays; timing does not)", rc.seed),
+		c: c, rec: rec, w: w, named: named, seed: rc.seed, what: "run " + rc.String(),
+		replay:       replay + " (the schedule replays; timing does not)",
 		problems:     nm.failures(),
 		faults:       nm.faultCounts(),
 		checkTimeout: rc.checkTimeout,
@@ -168,7 +238,8 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 type verification struct {
 	c            *cluster
 	rec          *recorder
-	w            *workload // nil when the test appended on its own
+	w            *workload   // nil when the test appended on its own
+	named        []*workload // the workloads of the cluster's named logs (c.logs), in order
 	seed         uint64
 	what         string   // the run, for the report
 	replay       string   // how to run it again
@@ -193,32 +264,63 @@ func verify(t *testing.T, v verification) runStats {
 	healed := rec.now()
 	if v.w != nil {
 		v.w.probe(ctx)
+		for _, nw := range v.named {
+			nw.probe(ctx)
+		}
 	} else if err := livenessAppend(ctx, c, rec); err != nil {
 		problems = append(problems, "liveness: "+err.Error())
 	}
+	names := append([]string{""}, logNames(c.logs)...)
+	multi := len(names) > 1
+	// prefix names the log in a violation when the run has several.
+	prefix := func(name string) string {
+		if !multi {
+			return ""
+		}
+		return "log " + logLabel(name) + ": "
+	}
 	h := rec.snapshot()
-	if !ackedAfter(h, healed) {
-		problems = append(problems, fmt.Sprintf("liveness: no append acknowledged within %v after the cluster healed at %s", opTimeout, fmtNanos(healed)))
+	for _, name := range names {
+		if !ackedAfter(h.forLog(name), healed) {
+			problems = append(problems, fmt.Sprintf("%sliveness: no append acknowledged within %v after the cluster healed at %s", prefix(name), opTimeout, fmtNanos(healed)))
+		}
 	}
 	if v.w != nil {
 		v.w.wait()
+		for _, nw := range v.named {
+			nw.wait()
+		}
 	}
 
-	logs, err := c.finalLogs(ctx)
-	if err != nil {
-		problems = append(problems, "reading the final logs: "+err.Error())
-	}
 	h = rec.snapshot()
-	res := checkRun(h, logs, v.checkTimeout)
-	problems = append(problems, res.violations...)
+	st := runStats{ops: len(h.Ops), faults: v.faults}
+	var checks []logCheck
+	for _, name := range names {
+		logs, err := c.finalLogs(ctx, name)
+		if err != nil {
+			problems = append(problems, prefix(name)+"reading the final logs: "+err.Error())
+		}
+		lh := h.forLog(name)
+		res := checkRun(lh, logs, v.checkTimeout)
+		for _, p := range res.violations {
+			problems = append(problems, prefix(name)+p)
+		}
+		checks = append(checks, logCheck{name: name, logs: logs, res: res})
+		st.checked += res.checkedOps
+		st.checkTime += res.checkTime
+		st.inconclusive = st.inconclusive || res.linearizable == porcupine.Unknown
+		if multi {
+			t.Logf("seed %d: log %s: %s; final floor %d; %d checked for linearizability: %s in %v; %d violations",
+				v.seed, logLabel(name), describeOps(lh), res.floor, res.checkedOps, res.linearizable, res.checkTime.Round(time.Millisecond), len(res.violations))
+		}
+	}
 	problems = append(problems, c.takeProblems()...)
 	problems = append(problems, c.scanLogs()...)
 	for _, n := range dedupe(c.takeNotes()) {
 		t.Logf("note: %s", n)
 	}
 
-	st := runStats{ops: len(h.Ops), checked: res.checkedOps, faults: v.faults, violations: len(problems),
-		inconclusive: res.linearizable == porcupine.Unknown, checkTime: res.checkTime}
+	st.violations = len(problems)
 	for _, op := range h.Ops {
 		switch {
 		case op.Kind == kindTrim && op.OK:
@@ -227,8 +329,14 @@ func verify(t *testing.T, v verification) runStats {
 			st.trimmedReads++
 		}
 	}
-	t.Logf("seed %d: %s; final floor %d; %d checked for linearizability: %s in %v; faults %s; %d violations",
-		v.seed, describeOps(h), res.floor, st.checked, res.linearizable, res.checkTime.Round(time.Millisecond), formatCounts(st.faults), len(problems))
+	if multi {
+		t.Logf("seed %d: %d logs: %d operations; %d checked for linearizability in %v; faults %s; %d violations",
+			v.seed, len(names), st.ops, st.checked, st.checkTime.Round(time.Millisecond), formatCounts(st.faults), len(problems))
+	} else {
+		res := checks[0].res
+		t.Logf("seed %d: %s; final floor %d; %d checked for linearizability: %s in %v; faults %s; %d violations",
+			v.seed, describeOps(h), res.floor, st.checked, res.linearizable, res.checkTime.Round(time.Millisecond), formatCounts(st.faults), len(problems))
+	}
 	if st.inconclusive {
 		t.Logf("seed %d: porcupine gave up after %v: linearizability not decided", v.seed, v.checkTimeout)
 	}
@@ -236,7 +344,7 @@ func verify(t *testing.T, v verification) runStats {
 		header := fmt.Sprintf("%s\n%d violations:", v.what, len(problems))
 		dir, err := artefactDir(v.seed)
 		if err == nil {
-			err = writeArtefacts(dir, c, h, logs, res, header+"\n"+strings.Join(problems, "\n"))
+			err = writeArtefacts(dir, c, h, checks, header+"\n"+strings.Join(problems, "\n"))
 		}
 		if err != nil {
 			t.Logf("writing the artefacts: %v", err)
@@ -248,24 +356,49 @@ func verify(t *testing.T, v verification) runStats {
 	return st
 }
 
-// livenessAppend appends one record through a new Client and records it.
+// logCheck is the final logs of one log of a run and its checks.
+type logCheck struct {
+	name string // "" for the default log
+	logs []nodeLog
+	res  *checkResult
+}
+
+// livenessAppend appends one record to the default log, and one to each
+// named log of c, through a new Client and records them.
 func livenessAppend(ctx context.Context, c *cluster, rec *recorder) error {
 	cl, err := client.Dial(ctx, c.clientAddrs(), nil)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	ctx, cancel := context.WithTimeout(ctx, opTimeout)
-	defer cancel()
-	_, err = appendRecorded(ctx, cl, rec, 0, fmt.Sprintf("liveness-%d", rec.now()))
-	return err
+	var errs []error
+	for _, name := range append([]string{""}, logNames(c.logs)...) {
+		prefix := ""
+		if name != "" {
+			prefix = name + "/"
+		}
+		actx, cancel := context.WithTimeout(ctx, opTimeout)
+		_, err = appendRecordedLog(actx, cl.Log(name), rec, name, 0, fmt.Sprintf("%sliveness-%d", prefix, rec.now()))
+		cancel()
+		if err != nil {
+			errs = append(errs, fmt.Errorf("log %s: %w", logLabel(name), err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
-// appendRecorded appends one record and records the operation on lane.
+// appendRecorded appends one record to the default log and records the
+// operation on lane.
 func appendRecorded(ctx context.Context, cl *client.Client, rec *recorder, lane int, data string) (uint64, error) {
-	op := &operation{Lane: lane, Kind: kindAppend, Record: data}
+	return appendRecordedLog(ctx, cl.Log(""), rec, "", lane, data)
+}
+
+// appendRecordedLog appends one record through g, a handle on the log
+// named log ("" for the default log), and records the operation on lane.
+func appendRecordedLog(ctx context.Context, g *client.Log, rec *recorder, log string, lane int, data string) (uint64, error) {
+	op := &operation{Log: log, Lane: lane, Kind: kindAppend, Record: data}
 	op.Call = rec.now()
-	idx, err := cl.Append(ctx, []byte(data))
+	idx, err := g.Append(ctx, []byte(data))
 	op.Return = rec.now()
 	if err != nil {
 		op.Err = err.Error()
@@ -348,7 +481,7 @@ func dedupe(ss []string) []string {
 // formatCounts formats fault counts in a fixed order.
 func formatCounts(m map[faultKind]int) string {
 	var parts []string
-	for _, k := range allFaults {
+	for _, k := range append(slices.Clone(allFaults), logFaults...) {
 		if m[k] > 0 {
 			parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
 		}
@@ -359,17 +492,18 @@ func formatCounts(m map[faultKind]int) string {
 	return strings.Join(parts, " ")
 }
 
-// finalLogs waits until every node has applied what the leader has
-// committed, then reads each node's whole log with stale reads from that
-// node, up to that commit index (appends that commit later were never
-// seen by any operation).
-func (c *cluster) finalLogs(ctx context.Context) ([]nodeLog, error) {
-	lead, err := c.waitHealthy(ctx, healthyTimeout)
+// finalLogs waits until every member of the log name ("" for the
+// default log) has applied what its leader has committed, then reads
+// each member's whole log with stale reads from that member, up to that
+// commit index (appends that commit later were never seen by any
+// operation).
+func (c *cluster) finalLogs(ctx context.Context, name string) ([]nodeLog, error) {
+	lead, err := c.waitLogHealthy(ctx, name, healthyTimeout)
 	if err != nil {
 		return nil, err
 	}
 	upTo := lead.CommitIndex
-	if err := c.waitApplied(ctx, upTo, catchUpTimeout); err != nil {
+	if err := c.waitLogApplied(ctx, name, upTo, catchUpTimeout); err != nil {
 		return nil, err
 	}
 	cl, err := client.Dial(ctx, c.clientAddrs(), &client.Options{RetryTimeout: 20 * time.Second})
@@ -377,10 +511,11 @@ func (c *cluster) finalLogs(ctx context.Context) ([]nodeLog, error) {
 		return nil, err
 	}
 	defer cl.Close()
+	g := cl.Log(name)
 	var logs []nodeLog
-	for _, m := range c.members {
+	for _, m := range c.logMembers(name) {
 		l := nodeLog{Node: m.id}
-		if st, err := m.status(); err != nil {
+		if st, err := m.logStatus(name); err != nil {
 			l.Err = err.Error()
 		} else {
 			l.Floor = st.FirstIndex
@@ -388,7 +523,7 @@ func (c *cluster) finalLogs(ctx context.Context) ([]nodeLog, error) {
 		var from uint64
 	read:
 		for range 100_000 {
-			recs, next, err := cl.Read(ctx, from, client.ReadOptions{Stale: true, Addr: m.clientAddr, MaxRecords: 4096})
+			recs, next, err := g.Read(ctx, from, client.ReadOptions{Stale: true, Addr: m.clientAddr, MaxRecords: 4096})
 			if err != nil {
 				l.Err = err.Error()
 				break
@@ -572,6 +707,7 @@ func TestSoak(t *testing.T) {
 	var (
 		runs, ops, checked, violations, inconclusive int
 		trimRuns, trims, trimmedReads                int
+		logRuns                                      int
 		faults                                       = map[faultKind]int{}
 		failed                                       []string
 	)
@@ -589,6 +725,9 @@ func TestSoak(t *testing.T) {
 			checked += st.checked
 			if rc.workload.trimEvery > 0 {
 				trimRuns++
+			}
+			if rc.logs > 0 {
+				logRuns++
 			}
 			trims += st.trims
 			trimmedReads += st.trimmedReads
@@ -613,8 +752,8 @@ func TestSoak(t *testing.T) {
 	for _, v := range faults {
 		total2 += v
 	}
-	summary := fmt.Sprintf("soak summary: %v, %d runs with new seeds (%d trimming: %d trims acknowledged, %d reads answered Trimmed), %d operations recorded, %d checked for linearizability (%d checks inconclusive), %d faults injected (%s), %d violations",
-		time.Since(start).Round(time.Second), runs, trimRuns, trims, trimmedReads, ops, checked, inconclusive, total2, formatCounts(faults), violations)
+	summary := fmt.Sprintf("soak summary: %v, %d runs with new seeds (%d trimming: %d trims acknowledged, %d reads answered Trimmed; %d with %d named logs), %d operations recorded, %d checked for linearizability (%d checks inconclusive), %d faults injected (%s), %d violations",
+		time.Since(start).Round(time.Second), runs, trimRuns, trims, trimmedReads, logRuns, seededLogs, ops, checked, inconclusive, total2, formatCounts(faults), violations)
 	if len(failed) > 0 {
 		summary += "\nfailing seeds:\n  " + strings.Join(failed, "\n  ")
 	}

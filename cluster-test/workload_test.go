@@ -14,8 +14,10 @@ import (
 
 // workloadConfig sizes a workload. Every worker stops after opsPerWorker
 // operations or duration, whichever comes first, and every operation is
-// bounded by opTimeout.
+// bounded by opTimeout. A workload runs on one log: log names it, ""
+// for the default log.
 type workloadConfig struct {
+	log            string // the named log every operation goes to; "" for the default log
 	duration       time.Duration
 	retryAppenders int           // single-record appends through one shared default Client
 	onceAppenders  int           // single-record appends, each worker with a Client that gives up after one short attempt
@@ -48,13 +50,15 @@ var staleOptions = &client.Options{RequestTimeout: time.Second, RetryTimeout: 2 
 // readMaxes are the MaxRecords bounds readers choose from.
 var readMaxes = []uint32{1, 2, 5, 20, 100, 1000}
 
-// workload runs clients against a cluster and records their operations.
+// workload runs clients against one log of a cluster and records their
+// operations, each naming the log (cfg.log).
 type workload struct {
 	c        *cluster
 	rec      *recorder
 	cfg      workloadConfig
 	seed     uint64
 	deadline time.Time
+	prefix   string // of every record appended: the log's name and "/", "" for the default log
 
 	stopCh   chan struct{} // closed by stop
 	stopOnce sync.Once
@@ -64,9 +68,9 @@ type workload struct {
 	clients  []*client.Client
 	wg       sync.WaitGroup
 
-	probeClient *client.Client // immutable
-	probeLane   int            // immutable
-	probeMu     sync.Mutex     // serialises probe calls and guards probeN
+	probeClient *client.Log // immutable
+	probeLane   int         // immutable
+	probeMu     sync.Mutex  // serialises probe calls and guards probeN
 	probeN      int
 }
 
@@ -74,7 +78,13 @@ type workload struct {
 // them. Workers stop when ctx ends too.
 func startWorkload(ctx context.Context, c *cluster, rec *recorder, cfg workloadConfig, seed uint64) (*workload, error) {
 	w := &workload{c: c, rec: rec, cfg: cfg, seed: seed, deadline: time.Now().Add(cfg.duration), stopCh: make(chan struct{})}
-	dial := func(opts *client.Options) (*client.Client, error) {
+	if cfg.log != "" {
+		// Records name their log, so that one found in another log is
+		// one never appended there.
+		w.prefix = cfg.log + "/"
+	}
+	// dial returns a new Client's handle on the workload's log.
+	dial := func(opts *client.Options) (*client.Log, error) {
 		dctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 		defer cancel()
 		cl, err := client.Dial(dctx, c.clientAddrs(), opts)
@@ -82,7 +92,7 @@ func startWorkload(ctx context.Context, c *cluster, rec *recorder, cfg workloadC
 			return nil, err
 		}
 		w.clients = append(w.clients, cl)
-		return cl, nil
+		return cl.Log(cfg.log), nil
 	}
 	fail := func(err error) (*workload, error) {
 		for _, cl := range w.clients {
@@ -250,8 +260,8 @@ func (w *workload) noteIndex(i uint64) {
 }
 
 // appendOne appends one record.
-func (w *workload) appendOne(ctx context.Context, cl *client.Client, lane, i int) {
-	if idx, err := appendRecorded(ctx, cl, w.rec, lane, fmt.Sprintf("w%d-%d", lane, i)); err == nil {
+func (w *workload) appendOne(ctx context.Context, cl *client.Log, lane, i int) {
+	if idx, err := appendRecordedLog(ctx, cl, w.rec, w.cfg.log, lane, fmt.Sprintf("%sw%d-%d", w.prefix, lane, i)); err == nil {
 		w.noteIndex(idx)
 	}
 }
@@ -259,11 +269,11 @@ func (w *workload) appendOne(ctx context.Context, cl *client.Client, lane, i int
 // appendBatch appends batchSize records in one Append; each is recorded
 // as an operation of its own lane, since each record is a raft entry of
 // its own that other appends may come between.
-func (w *workload) appendBatch(ctx context.Context, cl *client.Client, lane, i int) {
+func (w *workload) appendBatch(ctx context.Context, cl *client.Log, lane, i int) {
 	recs := make([][]byte, batchSize)
 	ops := make([]*operation, batchSize)
 	for k := range recs {
-		ops[k] = &operation{Lane: lane + k, Kind: kindAppend, Record: fmt.Sprintf("w%d-%d.%d", lane, i, k), Batch: lane*1_000_000 + i + 1}
+		ops[k] = &operation{Log: w.cfg.log, Lane: lane + k, Kind: kindAppend, Record: fmt.Sprintf("%sw%d-%d.%d", w.prefix, lane, i, k), Batch: lane*1_000_000 + i + 1}
 		recs[k] = []byte(ops[k].Record)
 	}
 	call := w.rec.now()
@@ -283,7 +293,7 @@ func (w *workload) appendBatch(ctx context.Context, cl *client.Client, lane, i i
 
 // read reads a range: linearizable when addr is "", stale from addr
 // otherwise.
-func (w *workload) read(ctx context.Context, cl *client.Client, lane int, rng *rand.Rand, addr string) {
+func (w *workload) read(ctx context.Context, cl *client.Log, lane int, rng *rand.Rand, addr string) {
 	hi := w.maxIndex.Load()
 	var from uint64
 	switch r := rng.IntN(10); {
@@ -296,7 +306,7 @@ func (w *workload) read(ctx context.Context, cl *client.Client, lane int, rng *r
 	default: // at or past the end
 		from = hi + 1 + rng.Uint64N(3)
 	}
-	op := &operation{Lane: lane, Kind: kindRead, From: from, Max: readMaxes[rng.IntN(len(readMaxes))]}
+	op := &operation{Log: w.cfg.log, Lane: lane, Kind: kindRead, From: from, Max: readMaxes[rng.IntN(len(readMaxes))]}
 	opts := client.ReadOptions{MaxRecords: op.Max}
 	if addr != "" {
 		op.Kind, op.Node = kindStaleRead, w.nodeOf(addr)
@@ -330,7 +340,7 @@ func (w *workload) nodeOf(addr string) string {
 // the deadline: below an index at most trimKeep under the highest index
 // known to be committed (acknowledged or read), so that a trim never
 // asks for a floor past the committed log. Each trim is recorded.
-func (w *workload) runTrimmer(ctx context.Context, cl *client.Client, lane int) {
+func (w *workload) runTrimmer(ctx context.Context, cl *client.Log, lane int) {
 	defer w.wg.Done()
 	rng := rand.New(rand.NewPCG(w.seed, uint64(lane)))
 	pause := func() bool { return w.sleepFor(ctx, rng, w.cfg.trimEvery) }
@@ -340,7 +350,7 @@ func (w *workload) runTrimmer(ctx context.Context, cl *client.Client, lane int) 
 		if below <= 1 {
 			continue // nothing to trim yet
 		}
-		op := &operation{Lane: lane, Kind: kindTrim, Below: below}
+		op := &operation{Log: w.cfg.log, Lane: lane, Kind: kindTrim, Below: below}
 		octx, cancel := context.WithTimeout(ctx, opTimeout)
 		op.Call = w.rec.now()
 		idx, err := cl.Trim(octx, below)
@@ -358,7 +368,7 @@ func (w *workload) runTrimmer(ctx context.Context, cl *client.Client, lane int) 
 // runTail follows the log from its start until the deadline. When its
 // next record was trimmed away it reopens from the first retained record
 // and records that it did.
-func (w *workload) runTail(ctx context.Context, cl *client.Client) {
+func (w *workload) runTail(ctx context.Context, cl *client.Log) {
 	defer w.wg.Done()
 	tctx, cancel := context.WithDeadline(ctx, w.deadline)
 	defer cancel()
@@ -380,7 +390,7 @@ func (w *workload) runTail(ctx context.Context, cl *client.Client) {
 			}
 			// Next retries for RetryTimeout before it fails; an error
 			// that retrying cannot help comes at once, so wait a little.
-			ev := tailEvent{At: at, Err: err.Error()}
+			ev := tailEvent{Log: w.cfg.log, At: at, Err: err.Error()}
 			if transport.ErrorCode(err) == transport.CodeTrimmed {
 				tail.Close()
 				tail = cl.Tail(tctx, 0, client.TailOptions{MaxRecords: 50})
@@ -398,6 +408,6 @@ func (w *workload) runTail(ctx context.Context, cl *client.Client) {
 			continue
 		}
 		e := entry{Index: rec.Index, Data: string(rec.Data)}
-		w.rec.addTail(tailEvent{At: at, Record: &e})
+		w.rec.addTail(tailEvent{Log: w.cfg.log, At: at, Record: &e})
 	}
 }
