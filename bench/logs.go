@@ -289,6 +289,7 @@ type logsCell struct {
 	P999           float64    `json:"p999_s"`
 	ServerCPU      float64    `json:"server_cpu_s"`
 	ServerCPUPer1k float64    `json:"server_cpu_s_per_1k"`
+	ClientCPU      float64    `json:"client_cpu_s"`      // of the bench process, which runs the clients
 	PerFsync       float64    `json:"records_per_fsync"` // over the three nodes: Σ appends ÷ Σ fsyncs
 	Nodes          []nodeCell `json:"nodes"`
 	Errors         int        `json:"errors"`
@@ -398,12 +399,14 @@ func runLogsCell(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 	if err != nil {
 		return nil, err
 	}
+	self0 := selfCPU()
 	t0 := time.Now()
 	phase.Store(phaseMeasuring)
 	werr := sleepCtx(ctx, cfg.duration)
 	phase.Store(phaseDone)
 	t1 := time.Now()
 	cpu1, cerr := cpuOf(servers)
+	self1 := selfCPU()
 	m1, merr := c.storeCounters(ctx)
 	stopped = true
 	close(stop)
@@ -418,7 +421,7 @@ func runLogsCell(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 	res.RecordsPerSec = float64(res.Acked) / res.Seconds
 	ps := latencyPercentiles(t.lats, 50, 99, 99.9)
 	res.P50, res.P99, res.P999 = ps[0], ps[1], ps[2]
-	res.ServerCPU = cpu1 - cpu0
+	res.ServerCPU, res.ClientCPU = cpu1-cpu0, self1-self0
 	if res.Acked > 0 {
 		res.ServerCPUPer1k = res.ServerCPU / float64(res.Acked) * 1000
 	}

@@ -118,15 +118,16 @@ func (r *logsReport) printThroughput(out io.Writer) {
 		"\"default log\" is the default log alone, no named log created. Server CPU: user+system seconds of the three "+
 		"nodes over the window per 1,000 records acked in it. Records per fdatasync: raftlog_store_appends_total ÷ "+
 		"raftlog_store_fsyncs_total over the window, from each node's /metrics (every group's raft entries the node's "+
-		"commit log stored, a follower's copies included), per node and over the three.\n\n",
-		cfg.window, cfg.warmup, cfg.duration, cfg.rounds)
+		"commit log stored, a follower's copies included), per node and over the three. Cores busy: CPU seconds over the window per second, of the three nodes and of the "+
+		"bench process that runs the clients (%d CPUs here): whether the machine ran flat.\n\n",
+		cfg.window, cfg.warmup, cfg.duration, cfg.rounds, r.machine.nproc)
 	base := r.cellsOf(0)
 	baseRate := medianOf(base, func(c *logsCell) float64 { return c.RecordsPerSec })
 	baseCPU := medianOf(base, func(c *logsCell) float64 { return c.ServerCPUPer1k })
 	basePer := medianOf(base, func(c *logsCell) float64 { return c.PerFsync })
 	writeRow(out, []string{"logs", "records/s", "÷ default log", "p50", "p99", "server CPU per 1,000", "÷ default log",
-		"records per fdatasync, n1 / n2 / n3", "all nodes", "÷ default log", "leaders n1 / n2 / n3"})
-	writeRow(out, slices.Repeat([]string{"---"}, 11))
+		"records per fdatasync, n1 / n2 / n3", "all nodes", "÷ default log", "leaders n1 / n2 / n3", "cores busy: nodes + bench"})
+	writeRow(out, slices.Repeat([]string{"---"}, 12))
 	counts := append([]int{0}, cfg.counts...)
 	for _, n := range counts {
 		cs := r.cellsOf(n)
@@ -149,7 +150,9 @@ func (r *logsReport) printThroughput(out io.Writer) {
 			fmtSeconds(medianOf(cs, func(c *logsCell) float64 { return c.P50 })),
 			fmtSeconds(medianOf(cs, func(c *logsCell) float64 { return c.P99 })),
 			fmtSeconds(cpu), fmtRatio(cpu / baseCPU),
-			strings.Join(nodes, " / "), fmtPer(per), fmtRatio(per / basePer), strings.Join(leads, " / ")})
+			strings.Join(nodes, " / "), fmtPer(per), fmtRatio(per / basePer), strings.Join(leads, " / "),
+			sig3(medianOf(cs, func(c *logsCell) float64 { return c.ServerCPU / c.Seconds })) + " + " +
+				sig3(medianOf(cs, func(c *logsCell) float64 { return c.ClientCPU / c.Seconds }))})
 	}
 	fmt.Fprintln(out)
 	read, unacked := 0, 0
