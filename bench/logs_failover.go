@@ -316,8 +316,12 @@ func runFailover(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 		}
 		r.BackSeconds = time.Since(back).Seconds()
 		res.Reps = append(res.Reps, r)
-		fmt.Fprintf(e.progress, "  %d/%d: SIGKILL %s, leading %s; longest gap of the others %s; leaders spread again %s after the restart\n",
-			rep+1, cfg.failoverReps, victim.id, describeGaps(r.Gaps), fmtSeconds(r.OthersMaxGap), fmtSeconds(r.BackSeconds))
+		others := ""
+		if n > 0 {
+			others = "; longest gap of the others " + fmtSeconds(r.OthersMaxGap)
+		}
+		fmt.Fprintf(e.progress, "  %d/%d: SIGKILL %s, leading %s%s; leaders spread again %s after the restart\n",
+			rep+1, cfg.failoverReps, victim.id, describeGaps(r.Gaps), others, fmtSeconds(r.BackSeconds))
 	}
 
 	stopped = true

@@ -30,11 +30,13 @@ type raftlogNode struct {
 	id                  string
 	raft, client, admin string   // addresses
 	args                []string // its command line, to restart it (logs_failover.go)
-	proc                *proc    // the running process; replaced by a restart
+	proc                *proc    // the running process; a restart replaces it (see raftlogCluster)
 }
 
 // raftlogCluster is a running 3-node raftlog cluster. Its fields are set
-// by startRaftlog and not changed after it returns.
+// by startRaftlog and not changed after it returns, except a node's proc,
+// which runFailover replaces when it restarts the node, from the one
+// goroutine that drives the cell.
 type raftlogCluster struct {
 	nodes []*raftlogNode
 }
