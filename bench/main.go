@@ -19,6 +19,11 @@
 //
 //	go -C bench run . cluster [-quick] [-only 1x64,...] [-systems raftlog-sync,...] [-pprof 1x64] [-json]
 //
+// `bench logs` (logs.go) measures many named logs on the same three node
+// processes against the default log alone, and their failover:
+//
+//	go -C bench run . logs [-quick] [-logs 1,8,64] [-flush sync|async] [-only throughput|failover] [-json]
+//
 // `bench nats-server -c <file>` runs a NATS server; the cluster comparison
 // starts its NATS servers so.
 package main
@@ -85,6 +90,8 @@ func main() {
 		switch os.Args[1] {
 		case "cluster":
 			os.Exit(clusterMain(os.Args[2:]))
+		case "logs":
+			os.Exit(logsMain(os.Args[2:]))
 		case natsServerCommand:
 			natsServerMain(os.Args[2:])
 			return

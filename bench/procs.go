@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,6 +135,14 @@ func (s *procSet) stopAll() error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// forget drops p from the set, so that stopAll leaves it alone: a process
+// the bench killed on purpose, which it has waited for.
+func (s *procSet) forget(p *proc) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.procs = slices.DeleteFunc(s.procs, func(q *proc) bool { return q == p })
 }
 
 // cpuSeconds returns the user plus system CPU time the process pid has

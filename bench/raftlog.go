@@ -28,12 +28,15 @@ const raftlogMaxInFlight = 1024
 // raftlogNode is one node process.
 type raftlogNode struct {
 	id                  string
-	raft, client, admin string // addresses
-	proc                *proc
+	raft, client, admin string   // addresses
+	args                []string // its command line, to restart it (logs_failover.go)
+	proc                *proc    // the running process; a restart replaces it (see raftlogCluster)
 }
 
 // raftlogCluster is a running 3-node raftlog cluster. Its fields are set
-// by startRaftlog and not changed after it returns.
+// by startRaftlog and not changed after it returns, except a node's proc,
+// which runFailover replaces when it restarts the node, from the one
+// goroutine that drives the cell.
 type raftlogCluster struct {
 	nodes []*raftlogNode
 }
@@ -66,6 +69,7 @@ func startRaftlog(ctx context.Context, e *clusterEnv, dir, flush string, pprof b
 		if pprof {
 			args = append(args, "--pprof")
 		}
+		n.args = args
 		if n.proc, err = e.procs.start("raftlog "+n.id, e.nodeBin, args, childEnv(), filepath.Join(dir, n.id+".log")); err != nil {
 			return c, err
 		}
@@ -178,7 +182,7 @@ func (c *raftlogCluster) dial(ctx context.Context, clients, window int) ([]loadC
 			closeClients(out)
 			return nil, err
 		}
-		out = append(out, &raftlogClient{c: cl})
+		out = append(out, &raftlogClient{c: cl, l: cl.Log(transport.DefaultLog)})
 	}
 	return out, nil
 }
@@ -192,9 +196,10 @@ func raftlogClientOptions(window int) *client.Options {
 	return o
 }
 
-// raftlogClient is one client.Client.
+// raftlogClient is one client.Client appending to one log.
 type raftlogClient struct {
 	c *client.Client
+	l *client.Log // the log appended to: the default log, or a named log (logs.go)
 }
 
 // run appends with window records in flight: synchronous Append for a
@@ -210,7 +215,7 @@ func (rc *raftlogClient) run(ctx context.Context, stop <-chan struct{}, phase *a
 	for !closed(stop) {
 		s := st.fill(recs, buf)
 		t0 := time.Now()
-		idx, err := rc.c.Append(ctx, buf)
+		idx, err := rc.l.Append(ctx, buf)
 		lat := time.Since(t0)
 		if err != nil {
 			t.fail(err)
@@ -273,7 +278,7 @@ loop:
 		}
 		sl.stamp = sl.stamps.fill(recs, sl.buf)
 		sl.start = time.Now()
-		sl.f = rc.c.AppendAsync(ctx, sl.buf)
+		sl.f = rc.l.AppendAsync(ctx, sl.buf)
 		sent <- sl
 	}
 	close(sent)
@@ -307,6 +312,11 @@ func closeClients(cs []loadClient) error {
 // index, linearizably, and checks that every acknowledged record is at its
 // index with the data that was appended.
 func (c *raftlogCluster) verify(ctx context.Context, acks []ack, recs *records) (readBack, error) {
+	return c.verifyLog(ctx, transport.DefaultLog, acks, recs)
+}
+
+// verifyLog is verify of the log name.
+func (c *raftlogCluster) verifyLog(ctx context.Context, name string, acks []ack, recs *records) (readBack, error) {
 	m, err := newMatcher(acks, recs)
 	if err != nil || len(acks) == 0 {
 		return readBack{}, err
@@ -319,9 +329,9 @@ func (c *raftlogCluster) verify(ctx context.Context, acks []ack, recs *records) 
 	}
 	defer cl.Close()
 	for from := uint64(1); from <= m.last(); {
-		got, next, err := cl.Read(ctx, from, client.ReadOptions{})
+		got, next, err := cl.Log(name).Read(ctx, from, client.ReadOptions{})
 		if err != nil {
-			return m.rb, fmt.Errorf("reading back from index %d: %w", from, err)
+			return m.rb, fmt.Errorf("reading back log %s from index %d: %w", name, from, err)
 		}
 		if len(got) == 0 || next <= from {
 			break
