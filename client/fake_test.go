@@ -23,10 +23,9 @@ const testTimeout = 20 * time.Second
 // does; one member leads and the others answer NotLeader naming it. Tests
 // move leadership, script replies and drop connections.
 type fakeCluster struct {
-	t       *testing.T
+	waker                 // t, and mu, which guards the fields below
 	members []*fakeMember // immutable
 
-	mu       sync.Mutex              // guards the fields below
 	leader   int                     // index of the leading member; -1 for none
 	log      []transport.Record      // log[i].Index == first+i
 	first    uint64                  // index of log[0]
@@ -39,7 +38,6 @@ type fakeCluster struct {
 	streams  map[int]int             // tail streams started per member
 	accepted map[int]int             // connections accepted per member
 	replay   bool                    // a tail starts one record before its From
-	poke     chan struct{}           // closed, and replaced, on every change above
 	script   func(ctx context.Context, h *fakeHandler, op transport.Op, req any) (resp any, err error, handled bool)
 	stored1  func(n int) (drop bool) // called, mu held, after the nth append request is stored
 }
@@ -83,14 +81,13 @@ func newTLSCluster(t *testing.T, confs []*tls.Config) *fakeCluster {
 	t.Helper()
 	n := len(confs)
 	c := &fakeCluster{
-		t:        t,
+		waker:    newWaker(t),
 		first:    1,
 		sessions: make(map[string]*fakeSession),
 		reqs:     make(map[reqKey]int),
 		refused:  make(map[int]int),
 		streams:  make(map[int]int),
 		accepted: make(map[int]int),
-		poke:     make(chan struct{}),
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
@@ -179,28 +176,38 @@ func (c *fakeCluster) setLeaderLocked(i int) {
 	c.pokeLocked()
 }
 
-// pokeLocked wakes every waiter: tails and waitFor.
-func (c *fakeCluster) pokeLocked() {
-	close(c.poke)
-	c.poke = make(chan struct{})
+// waker lets a fake cluster's goroutines wait for a change of its state:
+// mu guards the state, and poke is closed, and replaced, on every change.
+type waker struct {
+	t    *testing.T
+	mu   sync.Mutex
+	poke chan struct{} // guarded by mu
 }
 
-// waitFor waits until cond, called with c.mu held, is true.
-func (c *fakeCluster) waitFor(what string, cond func() bool) {
-	c.t.Helper()
+func newWaker(t *testing.T) waker { return waker{t: t, poke: make(chan struct{})} }
+
+// pokeLocked wakes every waiter: tails and waitFor.
+func (w *waker) pokeLocked() {
+	close(w.poke)
+	w.poke = make(chan struct{})
+}
+
+// waitFor waits until cond, called with w.mu held, is true.
+func (w *waker) waitFor(what string, cond func() bool) {
+	w.t.Helper()
 	timeout := time.After(testTimeout)
 	for {
-		c.mu.Lock()
+		w.mu.Lock()
 		ok := cond()
-		poke := c.poke
-		c.mu.Unlock()
+		poke := w.poke
+		w.mu.Unlock()
 		if ok {
 			return
 		}
 		select {
 		case <-poke:
 		case <-timeout:
-			c.t.Fatalf("timed out waiting for %s", what)
+			w.t.Fatalf("timed out waiting for %s", what)
 		}
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/raftlog/raftlog/transport"
 )
@@ -21,16 +20,14 @@ import (
 // answers NotLeader naming the log's leader, or, when the log has none,
 // the member the test chose as the hint (or none).
 type logsCluster struct {
-	t     *testing.T
+	waker          // t, and mu, which guards the fields below and every fakeLog
 	addrs []string // immutable: the members' client addresses
 
-	mu      sync.Mutex          // guards the fields below and every fakeLog
 	logs    map[string]*fakeLog // by name, the default log's included
 	nextID  uint64              // id of the next log created
 	catalog int                 // index of the catalog's leader
 	reqs    map[logReqKey]int   // requests handled, per member, log and op
 	refused map[logReqKey]int   // NotLeader answers, per member, log and op
-	poke    chan struct{}       // closed, and replaced, on every change
 	conns   map[net.Conn]int    // open connections, to their member
 }
 
@@ -58,12 +55,11 @@ type fakeLog struct {
 func newLogsCluster(t *testing.T, n int) *logsCluster {
 	t.Helper()
 	lc := &logsCluster{
-		t:       t,
+		waker:   newWaker(t),
 		logs:    map[string]*fakeLog{},
 		nextID:  1,
 		reqs:    map[logReqKey]int{},
 		refused: map[logReqKey]int{},
-		poke:    make(chan struct{}),
 		conns:   map[net.Conn]int{},
 	}
 	all := make([]int, n)
@@ -137,31 +133,6 @@ func (lc *logsCluster) setLeader(name string, i, hint int) {
 	defer lc.mu.Unlock()
 	lc.logs[name].leader, lc.logs[name].hint = i, hint
 	lc.pokeLocked()
-}
-
-func (lc *logsCluster) pokeLocked() {
-	close(lc.poke)
-	lc.poke = make(chan struct{})
-}
-
-// waitFor waits until cond, called with lc.mu held, is true.
-func (lc *logsCluster) waitFor(what string, cond func() bool) {
-	lc.t.Helper()
-	timeout := time.After(testTimeout)
-	for {
-		lc.mu.Lock()
-		ok := cond()
-		poke := lc.poke
-		lc.mu.Unlock()
-		if ok {
-			return
-		}
-		select {
-		case <-poke:
-		case <-timeout:
-			lc.t.Fatalf("timed out waiting for %s", what)
-		}
-	}
 }
 
 // counts returns the requests handled and the NotLeader answers given for

@@ -28,6 +28,21 @@ func replicaCounts(n *Node) (map[string]int, bool) {
 	return counts, moving
 }
 
+// createLogs creates logs prefix0..prefix<n-1> of 3 replicas and appends
+// records to each; it returns what each log acknowledged.
+func createLogs(t *testing.T, ctx context.Context, cl *client.Client, prefix string, n, records int) map[string]map[uint64]string {
+	t.Helper()
+	acked := map[string]map[uint64]string{}
+	for i := range n {
+		name := fmt.Sprintf("%s%d", prefix, i)
+		if _, err := cl.CreateLog(ctx, name, client.CreateLogOptions{Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+		acked[name] = appendLog(t, ctx, cl.Log(name), name, records)
+	}
+	return acked
+}
+
 // Removing a node that holds replicas of named logs moves each of them to
 // another node first (the new replica added before the old one goes), then
 // takes the node out: no acknowledged record is lost, and every log keeps
@@ -38,14 +53,7 @@ func TestRemoveNodeMovesReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl := clusterClient(t, c, &client.Options{RetryTimeout: time.Minute})
-	acked := map[string]map[uint64]string{}
-	for i := range 4 {
-		name := fmt.Sprintf("m%d", i)
-		if _, err := cl.CreateLog(ctx, name, client.CreateLogOptions{Replicas: 3}); err != nil {
-			t.Fatal(err)
-		}
-		acked[name] = appendLog(t, ctx, cl.Log(name), name, 30)
-	}
+	acked := createLogs(t, ctx, cl, "m", 4, 30)
 	victim := followerOf(c, leader)
 	id := victim.ID()
 	if counts, _ := replicaCounts(leader); counts[id] == 0 {
@@ -91,14 +99,7 @@ func TestJoinedNodeTakesReplicas(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	cl := clusterClient(t, c, &client.Options{RetryTimeout: time.Minute})
-	acked := map[string]map[uint64]string{}
-	for i := range 4 {
-		name := fmt.Sprintf("j%d", i)
-		if _, err := cl.CreateLog(ctx, name, client.CreateLogOptions{Replicas: 3}); err != nil {
-			t.Fatal(err)
-		}
-		acked[name] = appendLog(t, ctx, cl.Log(name), name, 20)
-	}
+	acked := createLogs(t, ctx, cl, "j", 4, 20)
 	n4 := c.start("n4", func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
 	c.waitVoter(n4)
 	// 12 replicas over 4 nodes: 3 each.
