@@ -239,7 +239,8 @@ type LogMember struct {
 	// Role is one of the Role constants.
 	Role string `msgpack:"role" json:"role"`
 	// CaughtUp says the member's log holds every entry the leader has
-	// committed, as the leader last heard; false when unknown.
+	// committed, as the leader last heard; false when unknown (raftlog's
+	// nodes know it of the leader only).
 	CaughtUp bool `msgpack:"caught_up,omitempty" json:"caught_up"`
 }
 
@@ -254,9 +255,10 @@ type DeleteLogRequest struct {
 // Validate checks the name.
 func (r *DeleteLogRequest) Validate(Limits) error { return checkNamedLog("deleted", r.Name) }
 
-// DeleteLogResponse reports a deletion committed to the catalog. The
-// members drop the log's data after; the log leaves ListLogs once every
-// member has.
+// DeleteLogResponse reports a deletion committed to the catalog. The log
+// leaves ListLogs then (a server may list it as deleting for a while);
+// its members drop its data after, a member that is down when it comes
+// back.
 type DeleteLogResponse struct {
 	// Log is the log's catalog record, in state LogDeleting.
 	Log LogInfo `msgpack:"log"`

@@ -227,7 +227,7 @@ leader, first/last/commit index and bytes, and a table of its members with
 their role (Leader, Follower; Nonvoter while a new replica catches up;
 Pending while the catalog names a member the group does not hold yet;
 Leaving while a replica moved away is removed) and whether each has caught
-up with the leader.`)
+up with the leader (known of the leader only).`)
 	cf.define(fs)
 	fs.BoolVar(&asJSON, "json", false, "print a JSON object instead of tables")
 	rest, err := fs.parse(args)
@@ -306,8 +306,9 @@ func cmdLogDelete(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "log delete", "NAME", `
 Deletes a log and every record of it, on every node that holds it. It
 cannot be undone. It asks for a confirmation (type yes) unless given --yes;
-without a terminal to ask on it refuses. The log is listed as deleting
-until every node has dropped its data. The default log cannot be deleted.`)
+without a terminal to ask on it refuses. The log leaves the list at once;
+every node that holds it drops its data, one that is down when it comes
+back. The default log cannot be deleted.`)
 	cf.define(fs)
 	fs.BoolVar(&yes, "yes", false, "delete without asking for a confirmation; needed when stdin is not a terminal")
 	rest, err := fs.parse(args)
