@@ -420,17 +420,24 @@ func (h *fakeHandler) Stream(ctx context.Context, op transport.Op, req any, s *t
 		recs := c.recordsLocked(from, r.MaxRecords)
 		poke := c.poke
 		c.mu.Unlock()
-		if len(recs) > 0 {
-			from += uint64(len(recs))
-			if err := s.Send(&transport.TailItem{Records: recs, Next: from}); err != nil {
-				return err
-			}
-			continue
+		if err := tailStep(ctx, s, recs, &from, poke); err != nil {
+			return err
 		}
-		select {
-		case <-poke:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	}
+}
+
+// tailStep is a step of a fake's tail: it sends recs, the records from
+// *from on, and moves *from past them; with none, it waits for poke, the
+// fake's next change.
+func tailStep(ctx context.Context, s *transport.ServerStream, recs []transport.Record, from *uint64, poke <-chan struct{}) error {
+	if len(recs) > 0 {
+		*from += uint64(len(recs))
+		return s.Send(&transport.TailItem{Records: recs, Next: *from})
+	}
+	select {
+	case <-poke:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }

@@ -340,17 +340,8 @@ func (h *logsHandler) Stream(ctx context.Context, op transport.Op, req any, s *t
 		}
 		poke := lc.poke
 		lc.mu.Unlock()
-		if len(recs) > 0 {
-			from += uint64(len(recs))
-			if err := s.Send(&transport.TailItem{Records: recs, Next: from}); err != nil {
-				return err
-			}
-			continue
-		}
-		select {
-		case <-poke:
-		case <-ctx.Done():
-			return ctx.Err()
+		if err := tailStep(ctx, s, recs, &from, poke); err != nil {
+			return err
 		}
 	}
 }
