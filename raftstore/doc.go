@@ -46,8 +46,9 @@
 // A directory holds the commit log (log/), one index directory per group
 // (index/<group>/, fixed-width slots mapping raft indexes to commit-log
 // positions in memory-mapped files, each 4 KiB at first and doubling up to
-// 512 KiB as entries further on are stored, so that an empty group costs
-// a directory and a tiny one a page; index.go) and the stable state
+// 512 KiB once three quarters of it are used, so that an empty group costs
+// a directory and a tiny one a page, and a full disk fails a write only
+// when its file has no slot left; index.go) and the stable state
 // (stable.0, stable.1: every group's keys, and the commit-log position at
 // which each group id was last dropped; stable.go). Each raft.Log is one
 // commit-log record (codec.go), checked by the log's CRC-32C on every

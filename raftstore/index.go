@@ -11,7 +11,9 @@ package raftstore
 // A file starts as small as the slots first stored in it need (at least
 // minIndexFileSize, one page) and doubles as slots further on are stored,
 // up to indexFileSize (512 KiB), so that a group of a few entries costs a
-// page of disk and of mapping, not 512 KiB. Growing unmaps the file,
+// page of disk and of mapping, not 512 KiB. It doubles once three quarters
+// of it are used (indexFileSizeAhead), so that a full disk stops a group's
+// writes only when a file has no slot left. Growing unmaps the file,
 // extends it (zeroes: empty slots) and maps it again, with readers kept
 // out. A file of any length opens: it is extended to the next size of the
 // series (an older version's files are all 512 KiB, and that version
@@ -48,6 +50,21 @@ const (
 func indexFileSizeFor(slots uint64) int {
 	size := minIndexFileSize
 	for uint64(size) < slots*indexSlotSize && size < indexFileSize {
+		size *= 2
+	}
+	return size
+}
+
+// indexFileSizeAhead is the length an index file that holds slots
+// 0..slots-1 is grown to: indexFileSizeFor(slots), or twice that (up to
+// indexFileSize) once those slots fill more than three quarters of it. So
+// a file grows while a quarter of its slots is still free: a growth that
+// fails because the disk is full costs nothing until the file is full
+// (a trim, which frees space, can still be stored), and only then fails
+// a write.
+func indexFileSizeAhead(slots uint64) int {
+	size := indexFileSizeFor(slots)
+	if size < indexFileSize && slots*indexSlotSize > uint64(size)/4*3 {
 		size *= 2
 	}
 	return size

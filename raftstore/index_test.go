@@ -55,7 +55,7 @@ func TestIndexFileGrows(t *testing.T) {
 				for m.last() < upTo {
 					crStore(t, s, m, ctEntries(m.last()+1, int(min(upTo-m.last(), 4096)), 1, 1))
 				}
-				want := int64(indexFileSizeFor(min(upTo, indexSlotsPerFile-1) + 1))
+				want := int64(indexFileSizeAhead(min(upTo, indexSlotsPerFile-1) + 1))
 				if got := ixFileSizes(t, db, 1)[indexFileName(0)]; got != want {
 					t.Fatalf("up to %d: the first index file is %d bytes, want %d", upTo, got, want)
 				}
@@ -102,9 +102,9 @@ func TestIndexFileGrowFails(t *testing.T) {
 	defer db.Close()
 	s, _ := db.Store(1)
 	m := &ctModel{}
-	crStore(t, s, m, ctEntries(1, 500, 1, 1))
+	crStore(t, s, m, ctEntries(1, 300, 1, 1))
 	fs.Inject(faultfs.Fault{Op: faultfs.OpAllocate, Path: "/" + indexDirName + "/"})
-	if err := s.StoreLogs(ctEntries(501, 20, 1, 1)); err == nil {
+	if err := s.StoreLogs(ctEntries(301, 220, 1, 1)); err == nil {
 		t.Fatal("StoreLogs that had to grow an index file whose extension fails returned nil")
 	}
 	if err := db.Err(); err != nil {
@@ -113,8 +113,44 @@ func TestIndexFileGrowFails(t *testing.T) {
 	if err := ctCheckStore(s, m); err != nil {
 		t.Fatal(err)
 	}
-	crStore(t, s, m, ctEntries(501, 20, 1, 1))
+	crStore(t, s, m, ctEntries(301, 220, 1, 1))
 	if err := ctCheckStore(s, m); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestIndexFileGrowsAhead: an index file grows once three quarters of it
+// are used, so that a disk that is full (its extension fails) stops no
+// write while the file has slots left: a node whose disk filled can still
+// store a trim.
+func TestIndexFileGrowsAhead(t *testing.T) {
+	fs := faultfs.New(1)
+	db, err := OpenDB(crDir, crOptions(fs, SyncFlush))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, _ := db.Store(1)
+	m := &ctModel{}
+	crStore(t, s, m, ctEntries(1, 300, 1, 1))
+	fs.Inject(faultfs.Fault{Op: faultfs.OpAllocate, Path: "/" + indexDirName + "/"})
+	// Past three quarters of 512 slots: the growth ahead fails, the write
+	// does not.
+	crStore(t, s, m, ctEntries(301, 150, 1, 1))
+	if got := ixFileSizes(t, db, 1)[indexFileName(0)]; got != minIndexFileSize {
+		t.Fatalf("index file of %d bytes after a failed growth ahead, want %d", got, minIndexFileSize)
+	}
+	// The next write grows it ahead: 1,024 slots, room for a full disk.
+	crStore(t, s, m, ctEntries(451, 10, 1, 1))
+	if got := ixFileSizes(t, db, 1)[indexFileName(0)]; got != 2*minIndexFileSize {
+		t.Fatalf("index file of %d bytes after 460 slots, want %d", got, 2*minIndexFileSize)
+	}
+	fs.Inject(faultfs.Fault{Op: faultfs.OpAllocate, Path: "/" + indexDirName + "/"})
+	crStore(t, s, m, ctEntries(461, 300, 1, 1))
+	if err := ctCheckStore(s, m); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.Err(); err != nil {
+		t.Fatalf("a failed growth ahead failed the DB: %v", err)
 	}
 }

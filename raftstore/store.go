@@ -280,7 +280,9 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 }
 
 // ensureIndexFiles creates the index files for [lo, hi], and grows those
-// that do not reach the slots of [lo, hi] yet. wmu must be held.
+// that do not reach the slots of [lo, hi] yet, or ahead of them
+// (indexFileSizeAhead: a growth ahead that fails is tried again by the
+// next call). wmu must be held.
 func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 	files := *s.files.Load()
 	// need returns how many slots of the file at b [lo, hi] needs.
@@ -293,7 +295,7 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 	if files.find(lo) != nil && files.find(hi) != nil {
 		enough := true
 		for b := fileBase(lo); b <= hi && enough; b += indexSlotsPerFile {
-			enough = need(b) <= files.find(b).slots()
+			enough = uint64(indexFileSizeAhead(need(b)))/indexSlotSize <= files.find(b).slots()
 		}
 		if enough {
 			return nil
@@ -314,16 +316,24 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 		to = max(to, files[len(files)-1].base)
 	}
 	var next, created indexFiles
-	grow := map[int]uint64{} // index in next -> slots
+	// Files to grow, by index in next: to the slots wanted, and whether
+	// they are needed now (a growth ahead of need may fail: see
+	// indexFileSizeAhead).
+	type growth struct {
+		slots  uint64
+		needed bool
+	}
+	grow := map[int]growth{}
 	for b := from; b <= to; b += indexSlotsPerFile {
 		if f := files.find(b); f != nil {
-			if n := need(b); n > f.slots() {
-				grow[len(next)] = n
+			n := need(b)
+			if ahead := uint64(indexFileSizeAhead(n)) / indexSlotSize; ahead > f.slots() {
+				grow[len(next)] = growth{ahead, n > f.slots()}
 			}
 			next = append(next, f)
 			continue
 		}
-		f, err := openIndexFile(s.db.fs, s.dir, b, true, indexFileSizeFor(need(b)))
+		f, err := openIndexFile(s.db.fs, s.dir, b, true, indexFileSizeAhead(need(b)))
 		if err != nil {
 			closeIndexFiles(created)
 			return err
@@ -340,13 +350,15 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 	s.rw.Lock()
 	defer s.rw.Unlock()
 	var err error
-	for k, n := range grow {
-		g, broken, gerr := next[k].grown(n)
+	for k, gr := range grow {
+		g, broken, gerr := next[k].grown(gr.slots)
 		if gerr != nil {
 			if broken {
 				s.db.fail(gerr)
 			}
-			err = gerr
+			if gr.needed || broken {
+				err = gerr
+			}
 			continue
 		}
 		next[k] = g
