@@ -222,7 +222,7 @@ func (n *Node) reconcile(s *catalog.State) {
 		n.reconfigure(s, h)
 	}
 	n.balanceLeaders(s)
-	for _, id := range n.storedLogs() {
+	for _, id := range storedLogs(held) {
 		if n.host.hosted(id) == nil && (gone(id) || movedAway(id)) {
 			n.dropLog(id, nil)
 		}
@@ -347,16 +347,36 @@ func (n *Node) catalogCurrent() bool {
 	return !lc.IsZero() && time.Since(lc) < n.cfg.HeartbeatTimeout && n.fsm.Applied.Load() >= r.CommitIndex()
 }
 
-// storedLogs returns the ids of the named logs whose groups the node's DB
-// holds.
-func (n *Node) storedLogs() []uint64 {
+// storedLogs returns the ids of the named logs whose groups are among
+// groups (the node's DB's).
+func storedLogs(groups []uint64) []uint64 {
 	var ids []uint64
-	for _, g := range n.db.Groups() {
+	for _, g := range groups {
 		if id := g / 4; g%4 != 0 && id != 0 && !slices.Contains(ids, id) {
 			ids = append(ids, id)
 		}
 	}
 	return ids
+}
+
+// replicaConfig is the configuration of the replica of log id (named
+// name, "" for the default log) that every log's replica shares: the
+// node's identity, DB, raft timings, batching and hooks. The caller adds
+// what differs: retention, the control state machine, the logger.
+func (n *Node) replicaConfig(id uint64, name, snapshotDir string) replica.Config {
+	c := n.cfg
+	return replica.Config{
+		NodeID: c.ID, ClientAddr: n.clientAddr, Log: id, Name: name, DB: n.db,
+		SnapshotDir: snapshotDir, FS: n.storeFS(),
+		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout,
+		LeaderLeaseTimeout: c.LeaderLeaseTimeout, SnapshotThreshold: c.SnapshotThreshold,
+		BatchLinger: c.BatchLinger, BatchesInFlight: c.BatchesInFlight, RetentionCheck: c.RetentionCheck,
+		Logger:      c.Logger,
+		StoreError:  n.storeError,
+		Fail:        n.failStop,
+		Batch:       func(k int) { n.metrics.batch.Observe(float64(k)) },
+		CheckAppend: n.checkSpace,
+	}
 }
 
 // startLog starts the replica of log l, which s places on the node.
@@ -369,19 +389,10 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
-	rc := replica.Config{
-		NodeID: c.ID, ClientAddr: n.clientAddr, Log: l.ID, Name: l.Name, DB: n.db,
-		SnapshotDir: filepath.Join(dir, "snapshots"), FS: n.storeFS(),
-		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout,
-		LeaderLeaseTimeout: c.LeaderLeaseTimeout, CommitTimeout: namedCommitTimeout, SnapshotThreshold: c.SnapshotThreshold,
-		BatchLinger: c.BatchLinger, BatchesInFlight: c.BatchesInFlight,
-		RetentionBytes: l.Settings.RetentionBytes, RetentionAge: l.Settings.RetentionAge, RetentionCheck: c.RetentionCheck,
-		Logger:      c.Logger.Named("log." + l.Name),
-		StoreError:  n.storeError,
-		Fail:        n.failStop,
-		Batch:       func(k int) { n.metrics.batch.Observe(float64(k)) },
-		CheckAppend: n.checkSpace,
-	}
+	rc := n.replicaConfig(l.ID, l.Name, filepath.Join(dir, "snapshots"))
+	rc.CommitTimeout = namedCommitTimeout
+	rc.RetentionBytes, rc.RetentionAge = l.Settings.RetentionBytes, l.Settings.RetentionAge
+	rc.Logger = c.Logger.Named("log." + l.Name)
 	r, err := replica.Open(rc)
 	if err != nil {
 		return err

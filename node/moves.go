@@ -205,7 +205,8 @@ func (n *Node) describeAnywhere(ctx context.Context, l catalog.Log) (*transport.
 			continue
 		}
 		d, err := n.callDescribe(ctx, nd.ClientAddr, l.Name)
-		if te, ok := err.(*transport.Error); ok && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" {
+		var te *transport.Error
+		if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" {
 			d, err = n.callDescribe(ctx, te.LeaderAddr, l.Name)
 		}
 		if err == nil {
@@ -221,17 +222,8 @@ func (n *Node) describeAnywhere(ctx context.Context, l catalog.Log) (*transport.
 
 // callDescribe sends a DescribeLog to the node at addr.
 func (n *Node) callDescribe(ctx context.Context, addr, name string) (*transport.DescribeLogResponse, error) {
-	nc, err := n.dialClient(ctx, addr)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := transport.NewConn(nc, nil)
-	if err != nil {
-		return nil, err
-	}
-	defer conn.Close()
 	var resp transport.DescribeLogResponse
-	if err := conn.Call(ctx, transport.OpDescribeLog, &transport.DescribeLogRequest{Name: name}, &resp); err != nil {
+	if err := n.callNode(ctx, addr, transport.OpDescribeLog, &transport.DescribeLogRequest{Name: name}, &resp); err != nil {
 		return nil, err
 	}
 	return &resp, nil

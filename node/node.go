@@ -202,19 +202,9 @@ func (n *Node) start(ctx context.Context) (err error) {
 	}
 	n.catalog = catalog.New()
 	n.fs = opts.FS
-	rc := replica.Config{
-		NodeID: c.ID, ClientAddr: n.clientAddr, Log: 0, DB: n.db, Control: catalogControl{n.catalog},
-		SnapshotDir: filepath.Join(c.DataDir, "snapshots"), FS: opts.FS,
-		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout,
-		LeaderLeaseTimeout: c.LeaderLeaseTimeout, SnapshotThreshold: c.SnapshotThreshold,
-		BatchLinger: c.BatchLinger, BatchesInFlight: c.BatchesInFlight,
-		RetentionBytes: c.RetentionBytes, RetentionAge: c.RetentionAge, RetentionCheck: c.RetentionCheck,
-		Logger:      c.Logger,
-		StoreError:  n.storeError,
-		Fail:        n.failStop,
-		Batch:       func(k int) { n.metrics.batch.Observe(float64(k)) },
-		CheckAppend: n.checkSpace,
-	}
+	rc := n.replicaConfig(0, "", filepath.Join(c.DataDir, "snapshots"))
+	rc.Control = catalogControl{n.catalog}
+	rc.RetentionBytes, rc.RetentionAge = c.RetentionBytes, c.RetentionAge
 	if h := c.hooks; h != nil {
 		rc.LeaderChange = h.leaderChange
 	}
@@ -540,18 +530,24 @@ func (n *Node) joinRequest(fresh, register bool) *transport.JoinRequest {
 // callJoin sends a Join to addr and returns the index of the change it
 // made, 0 if none.
 func (n *Node) callJoin(ctx context.Context, addr string, req *transport.JoinRequest) (uint64, error) {
+	var resp transport.JoinResponse
+	err := n.callNode(ctx, addr, transport.OpJoin, req, &resp)
+	return resp.Index, err
+}
+
+// callNode sends one request to the node whose client address is addr,
+// over a connection of its own, with the node's certificate under TLS.
+func (n *Node) callNode(ctx context.Context, addr string, op transport.Op, req, resp any) error {
 	nc, err := n.dialClient(ctx, addr)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	conn, err := transport.NewConn(nc, nil)
 	if err != nil {
-		return 0, err
+		return err
 	}
 	defer conn.Close()
-	var resp transport.JoinResponse
-	err = conn.Call(ctx, transport.OpJoin, req, &resp)
-	return resp.Index, err
+	return conn.Call(ctx, op, req, resp)
 }
 
 // joinCluster asks the members at the client addresses via to add this
