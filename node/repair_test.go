@@ -2,12 +2,9 @@ package node
 
 import (
 	"context"
-	"crypto/sha256"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -72,25 +69,6 @@ func (c *testCluster) follower() *Node {
 	return nil
 }
 
-// treeSum hashes the names and contents of every file under dir.
-func treeSum(t *testing.T, dir string) string {
-	t.Helper()
-	h := sha256.New()
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(path)
-		fmt.Fprintf(h, "%s %d\n", path, len(b))
-		h.Write(b)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return fmt.Sprintf("%x", h.Sum(nil))
-}
-
 // prepareRepair runs PrepareRepair and closes the repair at the end of
 // the test.
 func prepareRepair(t *testing.T, dir string) *Repair {
@@ -121,7 +99,7 @@ func TestRepairGuardAndCleanDir(t *testing.T) {
 	}
 	c.stop("n1")
 
-	before := treeSum(t, dir)
+	before := testdamage.TreeDigest(t, dir)
 	r := prepareRepair(t, dir)
 	var report strings.Builder
 	r.WriteReport(&report)
@@ -135,7 +113,7 @@ func TestRepairGuardAndCleanDir(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.Close()
-	if treeSum(t, dir) != before {
+	if testdamage.TreeDigest(t, dir) != before {
 		t.Fatal("preparing (and applying) a repair of a clean dir changed it")
 	}
 	c.start("n1", nil)
@@ -310,14 +288,14 @@ func TestRepairSingleNode(t *testing.T) {
 	testdamage.FlipLastPayloadByte(t, path, off)
 
 	r := prepareRepair(t, dir)
-	before := treeSum(t, dir)
+	before := testdamage.TreeDigest(t, dir)
 	if !r.SingleVoter() {
 		t.Fatalf("voters %v, want the single voter n1", r.Voters)
 	}
 	if err := r.Apply(false); !errors.Is(err, ErrSingleVoter) {
 		t.Fatalf("Apply on the only voter: %v, want ErrSingleVoter", err)
 	}
-	if treeSum(t, dir) != before {
+	if testdamage.TreeDigest(t, dir) != before {
 		t.Fatal("a refused repair changed the data dir")
 	}
 	var report strings.Builder
@@ -418,7 +396,7 @@ func TestRepairHarmlessBelowFloor(t *testing.T) {
 	// The entry is deleted, but its record stays in the one segment.
 	path, off := recordOf(t, dir, logGroups.Live, idx[10])
 	testdamage.FlipLastPayloadByte(t, path, off)
-	before := treeSum(t, dir)
+	before := testdamage.TreeDigest(t, dir)
 	r := prepareRepair(t, dir)
 	var report strings.Builder
 	r.WriteReport(&report)
@@ -426,7 +404,7 @@ func TestRepairHarmlessBelowFloor(t *testing.T) {
 		t.Fatalf("damage below the floor: harmless %v, needed %v\n%s", r.Harmless, r.Needed(), report.String())
 	}
 	r.Close()
-	if treeSum(t, dir) != before {
+	if testdamage.TreeDigest(t, dir) != before {
 		t.Fatal("PrepareRepair changed the data dir")
 	}
 	back := c.start("n1", nil)
