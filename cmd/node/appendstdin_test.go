@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -120,23 +119,7 @@ func TestAppendStdin(t *testing.T) {
 // every line is stored once, in input order, at the indexes printed.
 func TestAppendStdinProcesses(t *testing.T) {
 	h := newServeHarness(t)
-	var nodes []*procNode
-	var peers, clients []string
-	for i := 1; i <= 3; i++ {
-		n := &procNode{id: fmt.Sprintf("n%d", i), raft: freeAddr(t), client: freeAddr(t)}
-		n.dir = filepath.Join(h.dir, n.id)
-		n.log = filepath.Join(h.dir, n.id+".log")
-		nodes = append(nodes, n)
-		peers = append(peers, n.id+"="+n.raft)
-		clients = append(clients, n.client)
-	}
-	addrs := strings.Join(clients, ",")
-	for _, n := range nodes {
-		h.start(n, "--bootstrap", strings.Join(peers, ","))
-	}
-	for _, n := range nodes {
-		h.waitStatus(n.client)
-	}
+	nodes, addrs := startProcCluster(t, h, 3, "n", "")
 	h.mustCLI("append", "--addrs", addrs, "--timeout", "30s", "warm-up") // waits for a leader
 
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)

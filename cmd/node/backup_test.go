@@ -25,16 +25,15 @@ import (
 func startProcCluster(t *testing.T, h *serveHarness, n int, prefix, restoreFrom string) ([]*procNode, string) {
 	t.Helper()
 	var nodes []*procNode
-	var peers, clients []string
+	var clients []string
 	for i := 1; i <= n; i++ {
 		p := &procNode{id: fmt.Sprintf("n%d", i), raft: freeAddr(t), client: freeAddr(t)}
 		p.dir = filepath.Join(h.dir, fmt.Sprintf("%s%d", prefix, i))
 		p.log = filepath.Join(h.dir, fmt.Sprintf("%s%d.log", prefix, i))
 		nodes = append(nodes, p)
-		peers = append(peers, p.id+"="+p.raft)
 		clients = append(clients, p.client)
 	}
-	bootstrap := strings.Join(peers, ",")
+	bootstrap := bootstrapOf(nodes)
 	t.Cleanup(func() {
 		if t.Failed() {
 			for _, p := range nodes {
@@ -56,6 +55,16 @@ func startProcCluster(t *testing.T, h *serveHarness, n int, prefix, restoreFrom 
 		})
 	}
 	return nodes, strings.Join(clients, ",")
+}
+
+// bootstrapOf is the --bootstrap list of nodes: id=raft address, comma
+// separated.
+func bootstrapOf(nodes []*procNode) string {
+	var peers []string
+	for _, p := range nodes {
+		peers = append(peers, p.id+"="+p.raft)
+	}
+	return strings.Join(peers, ",")
 }
 
 // waitUntil polls cond every 20 ms until it holds, for at most d.

@@ -210,24 +210,7 @@ func TestRepairCommandSingleNode(t *testing.T) {
 // and every acknowledged record is readable on it.
 func TestRepairProcesses(t *testing.T) {
 	h := newServeHarness(t)
-	var nodes []*procNode
-	var peers, clients []string
-	for i := 1; i <= 3; i++ {
-		n := &procNode{id: fmt.Sprintf("n%d", i), raft: freeAddr(t), client: freeAddr(t)}
-		n.dir = filepath.Join(h.dir, n.id)
-		n.log = filepath.Join(h.dir, n.id+".log")
-		nodes = append(nodes, n)
-		peers = append(peers, n.id+"="+n.raft)
-		clients = append(clients, n.client)
-	}
-	bootstrap := strings.Join(peers, ",")
-	addrs := strings.Join(clients, ",")
-	for _, n := range nodes {
-		h.start(n, "--bootstrap", bootstrap)
-	}
-	for _, n := range nodes {
-		h.waitStatus(n.client)
-	}
+	nodes, addrs := startProcCluster(t, h, 3, "n", "")
 	// Acknowledged records, in several appends (so several raft batches).
 	var acked []uint64
 	appendSome := func(prefix string, n int) {
@@ -275,7 +258,7 @@ func TestRepairProcesses(t *testing.T) {
 	path, off := damageEntry(t, victim.dir, acked[20])
 
 	// It refuses to start, naming the file and offset.
-	h.start(victim, "--bootstrap", bootstrap)
+	h.start(victim, "--bootstrap", bootstrapOf(nodes))
 	timer := time.NewTimer(exitWait)
 	select {
 	case <-victim.exited:
@@ -303,7 +286,7 @@ func TestRepairProcesses(t *testing.T) {
 	out := h.mustCLI("repair", "--data-dir", victim.dir, "--yes")
 	t.Logf("node repair:\n%s", out)
 
-	h.start(victim, "--bootstrap", bootstrap)
+	h.start(victim, "--bootstrap", bootstrapOf(nodes))
 	appendSome("after", 2)
 	last = acked[len(acked)-1]
 	waitApplied(victim, last)

@@ -224,27 +224,7 @@ func parseRecords(t *testing.T, out string) (indexes []uint64, data []string) {
 // restarts from the same data dirs to read the records back.
 func TestServeProcesses(t *testing.T) {
 	h := newServeHarness(t)
-	var nodes []*procNode
-	var peers, clients []string
-	for i := 1; i <= 3; i++ {
-		n := &procNode{id: fmt.Sprintf("n%d", i), raft: freeAddr(t), client: freeAddr(t)}
-		n.dir = filepath.Join(h.dir, n.id)
-		n.log = filepath.Join(h.dir, n.id+".log")
-		nodes = append(nodes, n)
-		peers = append(peers, n.id+"="+n.raft)
-		clients = append(clients, n.client)
-	}
-	bootstrap := strings.Join(peers, ",")
-	addrs := strings.Join(clients, ",")
-	for _, n := range nodes {
-		h.start(n, "--bootstrap", bootstrap)
-	}
-
-	// Wait for the processes to listen; the client then retries its
-	// append until they have elected a leader.
-	for _, n := range nodes {
-		h.waitStatus(n.client)
-	}
+	nodes, addrs := startProcCluster(t, h, 3, "n", "")
 	records := []string{"first record", "second", "third, with\ttab"}
 	var want []uint64
 	for _, r := range records[:2] {
