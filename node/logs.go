@@ -65,6 +65,7 @@ type logHost struct {
 	logs   map[uint64]*hostedLog // by log id; guarded by mu
 	closed bool                  // set by stopLogs; guarded by mu
 	warned map[uint64]bool       // logs warnLost has warned of; guarded by mu
+	born   uint64                // logsBorn's value once read (ids start at 1); owned by reconcileLoop
 	// drained are the nodes this node, leading, removed once drained
 	// (moves.go), with the index of their removal; guarded by mu.
 	drained map[string]uint64
@@ -297,6 +298,17 @@ func (n *Node) balanceLeaders(s *catalog.State) {
 // replica to the node (catalog.Log.Joining) is one its leader adds it to
 // as a new member: it starts those from nothing.
 func (n *Node) logsBorn(s *catalog.State) (uint64, error) {
+	if n.host.born != 0 {
+		return n.host.born, nil
+	}
+	born, err := n.readLogsBorn(s)
+	n.host.born = born
+	return born, err
+}
+
+// readLogsBorn reads the logs-born marker, writing it from s the first
+// time (logsBorn).
+func (n *Node) readLogsBorn(s *catalog.State) (uint64, error) {
 	v, ok, err := n.marks.read(logsBornFile)
 	if err != nil {
 		return 0, err
