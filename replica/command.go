@@ -43,13 +43,17 @@ var errBadCommand = errors.New("replica: malformed command entry")
 
 // recordCmd is a decoded record entry.
 type recordCmd struct {
-	client  string
+	client  []byte // aliases the entry's data; empty without a client id
 	seq     uint64
 	i, n    uint64
 	base    uint64 // the client's session base; 0 when not given
 	after   uint64 // the Append that must be stored before this one; 0 for none
 	payload []byte // aliases the entry's data
 }
+
+// recordCmdHeader bounds the bytes of a record entry's encoding beside
+// its client id and payload: the kind byte and six uvarints.
+const recordCmdHeader = 1 + 6*binary.MaxVarintLen64
 
 // AppendRecordCmd appends the encoding of a record entry to dst: kind
 // 0x05 for the first record of an Append that must follow another (after
@@ -135,15 +139,21 @@ func (r *cmdReader) end() error {
 	return r.err
 }
 
+// isRecordCmd reports whether data is a record entry's command, by its
+// kind.
+func isRecordCmd(data []byte) bool {
+	return len(data) > 0 && (data[0] == kindRecord || data[0] == kindRecordBase || data[0] == kindRecordAfter)
+}
+
 // decodeRecordCmd decodes a record entry's data (kind byte included).
 func decodeRecordCmd(data []byte) (recordCmd, error) {
-	if len(data) == 0 || data[0] != kindRecord && data[0] != kindRecordBase && data[0] != kindRecordAfter {
+	if !isRecordCmd(data) {
 		return recordCmd{}, errBadCommand
 	}
 	r := cmdReader{b: data[1:]}
 	var c recordCmd
-	c.client = string(r.bytes())
-	if c.client != "" {
+	c.client = r.bytes()
+	if len(c.client) != 0 {
 		c.seq, c.i, c.n = r.uvarint(), r.uvarint(), r.uvarint()
 		if data[0] != kindRecord {
 			c.base = r.uvarint()

@@ -132,10 +132,14 @@ func (f *FSM) reset() {
 // Apply implements raft.FSM.
 func (f *FSM) Apply(l *raft.Log) any { return f.ApplyBatch([]*raft.Log{l})[0] }
 
-// ApplyBatch implements raft.BatchingFSM.
+// ApplyBatch implements raft.BatchingFSM. A record entry's response is an
+// *AppendResult; the results of a batch share one allocation.
 func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 	out := make([]any, len(logs))
-	var trimmed uint64
+	var (
+		trimmed uint64
+		results []AppendResult
+	)
 	f.mu.Lock()
 	for i, l := range logs {
 		if l.Type != raft.LogCommand {
@@ -146,6 +150,14 @@ func (f *FSM) ApplyBatch(logs []*raft.Log) []any {
 		}
 		f.cmds++
 		f.total += StreamRecordSize(len(l.Data))
+		if isRecordCmd(l.Data) {
+			if results == nil {
+				results = make([]AppendResult, len(logs))
+			}
+			results[i] = f.applyRecordEntry(l)
+			out[i] = &results[i]
+			continue
+		}
 		out[i] = f.applyCommand(l, &trimmed)
 	}
 	f.mu.Unlock()
@@ -163,13 +175,6 @@ func (f *FSM) applyCommand(l *raft.Log, trimmed *uint64) any {
 		return fmt.Errorf("%w: empty entry at index %d", errBadCommand, l.Index)
 	}
 	switch l.Data[0] {
-	case kindRecord, kindRecordBase, kindRecordAfter:
-		c, err := decodeRecordCmd(l.Data)
-		if err != nil {
-			f.voids = append(f.voids, l.Index)
-			return AppendResult{Void: true, Err: fmt.Errorf("index %d: %w", l.Index, err)}
-		}
-		return f.applyRecord(l.Index, c)
 	case kindTrim:
 		below, err := decodeTrimCmd(l.Data)
 		if err != nil {
@@ -196,12 +201,22 @@ func (f *FSM) applyCommand(l *raft.Log, trimmed *uint64) any {
 	return fmt.Errorf("%w: kind %d at index %d", errBadCommand, l.Data[0], l.Index)
 }
 
+// applyRecordEntry applies record entry l (isRecordCmd).
+func (f *FSM) applyRecordEntry(l *raft.Log) AppendResult {
+	c, err := decodeRecordCmd(l.Data)
+	if err != nil {
+		f.voids = append(f.voids, l.Index)
+		return AppendResult{Void: true, Err: fmt.Errorf("index %d: %w", l.Index, err)}
+	}
+	return f.applyRecord(l.Index, c)
+}
+
 // applyRecord decides whether the record entry at index is stored.
 func (f *FSM) applyRecord(index uint64, c recordCmd) AppendResult {
-	if c.client == "" {
+	if len(c.client) == 0 {
 		return AppendResult{Indexes: []uint64{index}}
 	}
-	s := f.sessions[c.client]
+	s := f.sessions[string(c.client)]
 	switch {
 	case s != nil:
 		f.lru.MoveToFront(s.elem)
@@ -219,7 +234,7 @@ func (f *FSM) applyRecord(index uint64, c recordCmd) AppendResult {
 	if r == nil {
 		if c.seq < s.floor {
 			f.voids = append(f.voids, index)
-			return AppendResult{Void: true, Err: sessionErr(c.client, c.seq,
+			return AppendResult{Void: true, Err: sessionErr(string(c.client), c.seq,
 				fmt.Sprintf("it is older than the session's window (the %d most recent appends of a client)", sessionWindow))}
 		}
 		if c.i != 0 {
@@ -232,7 +247,7 @@ func (f *FSM) applyRecord(index uint64, c recordCmd) AppendResult {
 			// completed. (Below the floor or the client's session base,
 			// the client has finished with it.)
 			f.voids = append(f.voids, index)
-			return AppendResult{Void: true, Err: outOfOrderErr(c.client, c.seq, c.after)}
+			return AppendResult{Void: true, Err: outOfOrderErr(string(c.client), c.seq, c.after)}
 		}
 		r = &request{n: c.n}
 		s.reqs[c.seq] = r

@@ -51,7 +51,7 @@ func (h *fsmHarness) apply(typ raft.LogType, data []byte) any {
 
 func (h *fsmHarness) record(client string, seq, i, n uint64, payload string) AppendResult {
 	h.t.Helper()
-	return h.apply(raft.LogCommand, AppendRecordCmd(nil, client, seq, i, n, 0, 0, []byte(payload))).(AppendResult)
+	return *h.apply(raft.LogCommand, AppendRecordCmd(nil, client, seq, i, n, 0, 0, []byte(payload))).(*AppendResult)
 }
 
 func TestFSMDeduplicates(t *testing.T) {
@@ -181,7 +181,7 @@ func TestCommandDecodeRejectsGarbage(t *testing.T) {
 		}
 	}
 	c, err := decodeRecordCmd(AppendRecordCmd(nil, "cli", 7, 1, 3, 0, 0, []byte("payload")))
-	if err != nil || c.client != "cli" || c.seq != 7 || c.i != 1 || c.n != 3 || string(c.payload) != "payload" {
+	if err != nil || string(c.client) != "cli" || c.seq != 7 || c.i != 1 || c.n != 3 || string(c.payload) != "payload" {
 		t.Fatalf("%+v %v", c, err)
 	}
 }
@@ -200,4 +200,35 @@ func FuzzDecodeState(f *testing.F) {
 			}
 		}
 	})
+}
+
+// TestApplyBatchAllocations: applying an Append's records costs a few
+// allocations per batch, not one or more per record (each record's result
+// boxed on its own, its client id copied into a string).
+func TestApplyBatchAllocations(t *testing.T) {
+	const records, runs = 64, 20
+	h := newHarness(t)
+	batches := make([][]*raft.Log, runs+1)
+	for b := range batches {
+		for i := range records {
+			data := AppendRecordCmd(nil, "client-0123456789abcdef", uint64(b+1), uint64(i), records, 1, 0, []byte("payload"))
+			batches[b] = append(batches[b], &raft.Log{Index: h.next, Term: 1, Type: raft.LogCommand, Data: data, AppendedAt: time.Unix(0, int64(h.next))})
+			h.next++
+		}
+		if err := h.view.Live.StoreLogs(batches[b]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	next := 0
+	allocs := testing.AllocsPerRun(runs, func() {
+		out := h.f.ApplyBatch(batches[next])
+		next++
+		if r, ok := out[records-1].(*AppendResult); !ok || len(r.Indexes) != records {
+			t.Fatalf("batch %d answered %#v", next, out[records-1])
+		}
+	})
+	if allocs > records/4 {
+		t.Fatalf("applying %d records allocated %.0f times; want at most %d", records, allocs, records/4)
+	}
+	t.Logf("%d records: %.0f allocations", records, allocs)
 }

@@ -11,7 +11,7 @@ import (
 // must follow the Append after.
 func (h *fsmHarness) recordAfter(client string, seq, i, n, base, after uint64, payload string) AppendResult {
 	h.t.Helper()
-	return h.apply(raft.LogCommand, AppendRecordCmd(nil, client, seq, i, n, base, after, []byte(payload))).(AppendResult)
+	return *h.apply(raft.LogCommand, AppendRecordCmd(nil, client, seq, i, n, base, after, []byte(payload))).(*AppendResult)
 }
 
 // An Append that must follow another is stored only once that one is: a
@@ -55,7 +55,7 @@ func TestFSMAppendAfter(t *testing.T) {
 
 func TestCommandRecordAfter(t *testing.T) {
 	c, err := decodeRecordCmd(AppendRecordCmd(nil, "cli", 7, 0, 3, 5, 6, []byte("payload")))
-	if err != nil || c.client != "cli" || c.seq != 7 || c.i != 0 || c.n != 3 || c.base != 5 || c.after != 6 || string(c.payload) != "payload" {
+	if err != nil || string(c.client) != "cli" || c.seq != 7 || c.i != 0 || c.n != 3 || c.base != 5 || c.after != 6 || string(c.payload) != "payload" {
 		t.Fatalf("%+v %v", c, err)
 	}
 	// Only the first record names the Append it follows.

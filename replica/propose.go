@@ -171,11 +171,18 @@ func (p *Proposer) flushLocked() {
 	b := &batch{left: len(props)}
 	p.submitMu.Lock()
 	p.mu.Unlock()
+	// Only the batch's first entry waits for raft's queue with a timeout:
+	// raft takes a timer for each call that has one (two allocations per
+	// record otherwise), and the rest of the batch follows an entry raft's
+	// loop took, into a queue as long as the largest batch that loop
+	// drains; raft's shutdown ends any wait.
+	timeout := EnqueueTimeout
 	for _, pr := range props {
 		pr.batch = b
 		pr.Futures = make([]raft.ApplyFuture, len(pr.cmds))
 		for i, c := range pr.cmds {
-			pr.Futures[i] = p.r.Apply(c, EnqueueTimeout)
+			pr.Futures[i] = p.r.Apply(c, timeout)
+			timeout = 0
 		}
 		close(pr.submitted)
 	}

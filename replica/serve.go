@@ -98,10 +98,20 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 			return &transport.AppendResponse{Indexes: idx, Duplicate: true}, nil
 		}
 	}
+	// The records' commands share one buffer: one allocation per request,
+	// not one per record. A command's header is at most recordCmdHeader
+	// bytes beside its client id.
 	cmds := make([][]byte, len(req.Records))
 	total := uint64(len(req.Records))
+	size := 0
+	for _, rec := range req.Records {
+		size += len(rec) + len(req.ClientID) + recordCmdHeader
+	}
+	buf := make([]byte, size)
 	for i, rec := range req.Records {
-		cmds[i] = AppendRecordCmd(make([]byte, 0, len(rec)+len(req.ClientID)+40), req.ClientID, req.Seq, uint64(i), total, req.Base, req.After, rec)
+		n := len(rec) + len(req.ClientID) + recordCmdHeader
+		cmds[i] = AppendRecordCmd(buf[:0:n], req.ClientID, req.Seq, uint64(i), total, req.Base, req.After, rec)
+		buf = buf[len(cmds[i]):]
 	}
 	// The appends of one connection go to raft in the order they arrived,
 	// so that one sent after another (AppendRequest.After) normally lands
@@ -132,11 +142,11 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 			continue
 		}
 		reached = true
-		res, ok := f.Response().(AppendResult)
+		res, ok := f.Response().(*AppendResult)
 		if !ok {
 			return nil, fmt.Errorf("replica: unexpected apply result %T", f.Response())
 		}
-		results[i] = res
+		results[i] = *res
 		resp.Duplicate = resp.Duplicate || res.Dup
 		if res.Err != nil && errors.Is(res.Err, ErrSessionExpired) {
 			return nil, &transport.Error{Code: transport.CodeSessionExpired, Message: res.Err.Error()}

@@ -140,24 +140,25 @@ func (f *FSM) liveEvicted() []evictedRef {
 // cannot vouch that the Append was not stored before. Called with f.mu
 // held.
 func (f *FSM) openSession(c recordCmd) (*session, error) {
-	hash := sessionHash(c.client)
+	client := string(c.client)
+	hash := sessionHash(client)
 	floor := uint64(0)
 	if e, ok := f.evicted[hash]; ok {
 		switch {
 		case c.base == 0:
-			return nil, sessionErr(c.client, c.seq, fmt.Sprintf(
+			return nil, sessionErr(client, c.seq, fmt.Sprintf(
 				"its session was evicted (a cluster keeps %d client sessions) and the client does not say which appends it has finished with (an older client)", MaxSessions))
 		case c.base <= e.maxSeq:
-			return nil, sessionErr(c.client, c.seq, fmt.Sprintf(
+			return nil, sessionErr(client, c.seq, fmt.Sprintf(
 				"its session was evicted (a cluster keeps %d client sessions) while sequence numbers up to %d, which it had stored, may still be retried",
 				MaxSessions, e.maxSeq))
 		}
 		delete(f.evicted, hash)
 		floor = c.base
 	}
-	s := &session{id: c.client, floor: floor, reqs: map[uint64]*request{}}
+	s := &session{id: client, floor: floor, reqs: map[uint64]*request{}}
 	s.elem = f.lru.PushFront(s)
-	f.sessions[c.client] = s
+	f.sessions[client] = s
 	for len(f.sessions) > MaxSessions {
 		f.evict()
 	}

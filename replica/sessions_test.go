@@ -16,7 +16,7 @@ import (
 // base.
 func (h *fsmHarness) recordBase(client string, seq, base uint64, payload string) AppendResult {
 	h.t.Helper()
-	return h.apply(raft.LogCommand, AppendRecordCmd(nil, client, seq, 0, 1, base, 0, []byte(payload))).(AppendResult)
+	return *h.apply(raft.LogCommand, AppendRecordCmd(nil, client, seq, 0, 1, base, 0, []byte(payload))).(*AppendResult)
 }
 
 // fillSessions stores one append from each of n new clients, in one batch,
@@ -33,7 +33,7 @@ func (h *fsmHarness) fillSessions(prefix string, n int) {
 		h.t.Fatal(err)
 	}
 	for i, res := range h.f.ApplyBatch(logs) {
-		if r := res.(AppendResult); r.Void || r.Err != nil {
+		if r := res.(*AppendResult); r.Void || r.Err != nil {
 			h.t.Fatalf("filler %d: %+v", i, r)
 		}
 	}
@@ -115,7 +115,7 @@ func TestFSMUnknownSession(t *testing.T) {
 		t.Fatalf("older client without a base: %+v", r)
 	}
 	// A later part of an Append whose first part was never stored.
-	if r := h.apply(raft.LogCommand, AppendRecordCmd(nil, "d", 1, 1, 2, 1, 0, []byte("p"))).(AppendResult); !r.Void || r.Err != nil {
+	if r := h.apply(raft.LogCommand, AppendRecordCmd(nil, "d", 1, 1, 2, 1, 0, []byte("p"))).(*AppendResult); !r.Void || r.Err != nil {
 		t.Fatalf("second part without a session: %+v", r)
 	}
 }
