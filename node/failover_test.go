@@ -2,12 +2,14 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/raftlog/raftlog/client"
+	"github.com/raftlog/raftlog/transport"
 )
 
 // Appenders using the Go client keep going through leader changes (a
@@ -96,4 +98,53 @@ func TestClientFollowsFailover(t *testing.T) {
 			t.Fatalf("record %s acknowledged at %d, stored at %d", rec, idx, seen[rec])
 		}
 	}
+}
+
+// An append that reaches a follower during a failover waits out the
+// election instead of being sent back to the leader that is gone: once the
+// follower has not heard from its leader for three heartbeat intervals, it
+// answers only when it knows the new leader (naming it), or serves the
+// append if it won. Before, it named the old leader at once, and a client
+// went back there and then backed off.
+func TestFollowerWaitsOutTheElection(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.FaultInjection = true
+		cfg.AdminAddr = "127.0.0.1:0"
+		// raft times a silent leader out after 1 to 2 s; the follower's
+		// wait begins after 300 ms.
+		cfg.HeartbeatTimeout = time.Second
+		cfg.ElectionTimeout = time.Second
+	})
+	old := c.waitLeader()
+	var f *Node
+	for _, n := range c.nodes {
+		if n != old {
+			f = n
+			break
+		}
+	}
+	conn := dial(t, f)
+	appendN(t, dial(t, old), "before", 3)
+	isolate(t, c, old)
+	waitFor(t, "the follower to stop hearing from its leader", func() bool {
+		return time.Since(f.raft.LastContact()) > 400*time.Millisecond
+	})
+	if _, id := f.raft.LeaderWithID(); string(id) != old.ID() {
+		t.Fatalf("the follower names %q as its leader before its heartbeat timeout; want the old leader %s", id, old.ID())
+	}
+	resp, err := call[transport.AppendResponse](t, conn, transport.OpAppend, &transport.AppendRequest{Records: [][]byte{[]byte("during")}})
+	var te *transport.Error
+	switch {
+	case err == nil:
+		if !f.IsLeader() || len(resp.Indexes) != 1 {
+			t.Fatalf("append on %s answered %v, but it does not lead", f.ID(), resp.Indexes)
+		}
+	case errors.As(err, &te) && te.Code == transport.CodeNotLeader:
+		if te.LeaderID == "" || te.LeaderID == old.ID() {
+			t.Fatalf("the follower answered NotLeader naming %q (the old leader is %s); want the new leader", te.LeaderID, old.ID())
+		}
+	default:
+		t.Fatal(err)
+	}
+	heal(t, c)
 }

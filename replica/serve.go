@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/hashicorp/raft"
 
@@ -67,9 +68,24 @@ func (r *Replica) RaftError(err error) error {
 
 // Leading waits until the node leads and its stint is ready, and returns
 // the stint; NotLeader when it does not lead.
+//
+// A replica that does not lead answers NotLeader at once while it hears
+// from a leader. While it knows no live leader (none named, or none heard
+// from for three heartbeat intervals: an election is due or under way), it
+// first waits for one, for up to two heartbeat timeouts: a request that
+// comes during a failover is then served, when this replica wins the
+// election, or answered with the new leader's name, rather than with no
+// name or the name of a leader that is gone, after which the client would
+// back off and ask again.
 func (r *Replica) Leading(ctx context.Context) (*Stint, error) {
 	s := r.Stint()
 	if s == nil {
+		s = r.awaitLeader(ctx)
+	}
+	if s == nil {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
 		return nil, r.NotLeader()
 	}
 	select {
@@ -80,6 +96,50 @@ func (r *Replica) Leading(ctx context.Context) (*Stint, error) {
 	case <-ctx.Done():
 		return nil, ctx.Err()
 	}
+}
+
+// awaitPoll is how often awaitLeader looks at raft's leader.
+const awaitPoll = 5 * time.Millisecond
+
+// awaitLeader waits while the replica knows no live leader (Leading), for
+// up to two heartbeat timeouts, until ctx ends or the replica stops; it
+// returns the replica's stint if it begins one meanwhile.
+func (r *Replica) awaitLeader(ctx context.Context) *Stint {
+	if r.liveLeader() {
+		return nil
+	}
+	limit := time.NewTimer(2 * r.raft.ReloadableConfig().HeartbeatTimeout)
+	defer limit.Stop()
+	tick := time.NewTicker(awaitPoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-r.ctx.Done():
+			return nil
+		case <-limit.C:
+			return nil
+		case <-tick.C:
+		}
+		if s := r.Stint(); s != nil {
+			return s
+		}
+		if r.liveLeader() {
+			return nil
+		}
+	}
+}
+
+// liveLeader reports whether the replica follows a leader other than
+// itself that it heard from within three heartbeat intervals (a tenth of
+// the heartbeat timeout each, as raft sends them).
+func (r *Replica) liveLeader() bool {
+	_, id := r.raft.LeaderWithID()
+	if id == "" || string(id) == r.cfg.NodeID {
+		return false
+	}
+	return time.Since(r.raft.LastContact()) < 3*r.raft.ReloadableConfig().HeartbeatTimeout/10
 }
 
 // Append appends a request's records, on the leader, exactly once for a
