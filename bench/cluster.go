@@ -37,6 +37,7 @@ type clusterConfig struct {
 	workloads []clusterWorkload
 	systems   []systemKind
 	nodeBin   string // a built cmd/node; "" builds one
+	maxprocs  int    // GOMAXPROCS of the server processes; 0: Go's default
 	pprof     string // workload key whose raftlog leader is profiled; "" none
 	pprofDir  string // where profiles go
 	json      bool
@@ -100,6 +101,7 @@ func systemKinds() []systemKind {
 type clusterEnv struct {
 	procs    *procSet
 	nodeBin  string    // the node binary
+	maxprocs int       // GOMAXPROCS of every server process; 0: Go's default
 	self     string    // this binary, which runs NATS servers
 	progress io.Writer // progress lines
 }
@@ -138,6 +140,7 @@ func parseClusterFlags(args []string) (*clusterConfig, error) {
 	fs.StringVar(&only, "only", "all", "comma-separated `workloads` to run: "+strings.Join(clusterWorkloadKeys(), ", ")+" (or 1-5)")
 	fs.StringVar(&systems, "systems", "all", "comma-separated `systems` to run: "+strings.Join(systemKeys(), ", "))
 	fs.StringVar(&cfg.nodeBin, "node-bin", "", "the raftlog node `binary` to run; default: go build ../cmd/node into the run's directory")
+	fs.IntVar(&cfg.maxprocs, "server-gomaxprocs", 0, "run every server process, raftlog's and NATS', with GOMAXPROCS=`n` (0: Go's default, the cores)")
 	fs.StringVar(&cfg.pprof, "pprof", "", "take a CPU profile of the raftlog leader over the measured window of this `workload` (each raftlog system, each round)")
 	fs.StringVar(&cfg.pprofDir, "pprof-dir", ".", "the `directory` -pprof writes raftlog-<flush>-<workload>.pprof to")
 	fs.BoolVar(&cfg.json, "json", false, "print the results as one JSON object instead of Markdown")
@@ -271,7 +274,7 @@ func runCluster(ctx context.Context, cfg *clusterConfig, out, progress io.Writer
 			}
 		}()
 	}
-	e := &clusterEnv{procs: &procSet{}, nodeBin: cfg.nodeBin, progress: progress}
+	e := &clusterEnv{procs: &procSet{}, nodeBin: cfg.nodeBin, maxprocs: cfg.maxprocs, progress: progress}
 	defer func() {
 		if serr := e.procs.stopAll(); err == nil {
 			err = serr

@@ -83,7 +83,12 @@ func (r *clusterReport) print(out io.Writer) error {
 // settings describes how the run was made, one line each.
 func (r *clusterReport) settings() []string {
 	cfg := r.cfg
+	procs := "server processes: GOMAXPROCS Go's default (the CPUs)"
+	if cfg.maxprocs > 0 {
+		procs = fmt.Sprintf("server processes, raftlog's and NATS' alike: GOMAXPROCS=%d (-server-gomaxprocs)", cfg.maxprocs)
+	}
 	return []string{
+		procs,
 		fmt.Sprintf("raftlog: %s; three `node serve` processes, full --bootstrap list, --max-in-flight %d (default 128), other flags default",
 			r.versions.raftlog, raftlogMaxInFlight),
 		fmt.Sprintf("NATS: nats-server %s (as a library, this binary re-executed), nats.go %s; three servers in one cluster, "+

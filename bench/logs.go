@@ -42,6 +42,7 @@ type logsConfig struct {
 	throughput   bool          // run the throughput cells
 	failover     bool          // run the failover
 	failoverLogs int           // named logs of the failover
+	maxprocs     int           // GOMAXPROCS of the node processes; 0: Go's default
 	failoverReps int           // SIGKILLs of each failover setup
 	nodeBin      string        // a built cmd/node; "" builds one
 	json         bool
@@ -89,6 +90,7 @@ func parseLogsFlags(args []string) (*logsConfig, error) {
 	fs.StringVar(&only, "only", "all", "what to run: throughput, failover or all")
 	fs.IntVar(&cfg.failoverLogs, "failover-logs", 8, "named logs of the failover")
 	fs.IntVar(&cfg.failoverReps, "failover-reps", 5, "SIGKILLs of the failover, each setup (gaps are medians over them)")
+	fs.IntVar(&cfg.maxprocs, "server-gomaxprocs", 0, "run every node process with GOMAXPROCS=`n` (0: Go's default, the cores)")
 	fs.StringVar(&cfg.nodeBin, "node-bin", "", "the raftlog node `binary` to run; default: go build ../cmd/node into the run's directory")
 	fs.BoolVar(&cfg.json, "json", false, "print the results as one JSON object instead of Markdown")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the record payloads")
@@ -190,7 +192,7 @@ func runLogs(ctx context.Context, cfg *logsConfig, out, progress io.Writer) (err
 			}
 		}()
 	}
-	e := &clusterEnv{procs: &procSet{}, nodeBin: cfg.nodeBin, progress: progress}
+	e := &clusterEnv{procs: &procSet{}, nodeBin: cfg.nodeBin, maxprocs: cfg.maxprocs, progress: progress}
 	defer func() {
 		if serr := e.procs.stopAll(); err == nil {
 			err = serr

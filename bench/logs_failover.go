@@ -305,7 +305,7 @@ func runFailover(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 			}
 		}
 		back := time.Now()
-		if victim.proc, err = e.procs.start("raftlog "+victim.id, e.nodeBin, victim.args, childEnv(), filepath.Join(dir, victim.id+".log")); err != nil {
+		if victim.proc, err = e.procs.start("raftlog "+victim.id, e.nodeBin, victim.args, e.serverEnv(childEnv()), filepath.Join(dir, victim.id+".log")); err != nil {
 			return res, err
 		}
 		if _, err := c.waitLeader(ctx, logsSpreadWait); err != nil {

@@ -89,6 +89,9 @@ func (r *logsReport) printMarkdown(out io.Writer) {
 	fmt.Fprintf(out, "- filesystem: %s\n", m.filesystem)
 	fmt.Fprintf(out, "- raftlog: %s; three `node serve` processes, --flush %s, full --bootstrap list, --max-in-flight %d, other flags default\n",
 		r.version, cfg.flush, raftlogMaxInFlight)
+	if cfg.maxprocs > 0 {
+		fmt.Fprintf(out, "- node processes: GOMAXPROCS=%d (-server-gomaxprocs)\n", cfg.maxprocs)
+	}
 	fmt.Fprintln(out)
 
 	if len(r.cells) > 0 {

@@ -104,7 +104,7 @@ func startNATS(ctx context.Context, e *clusterEnv, dir string, syncAlways bool) 
 		if err := os.WriteFile(conf, []byte(natsConfig(s, c.servers3, filepath.Join(dir, s.name), syncAlways)), 0o644); err != nil {
 			return c, err
 		}
-		if s.proc, err = e.procs.start("nats "+s.name, e.self, []string{natsServerCommand, "-c", conf}, os.Environ(), filepath.Join(dir, s.name+".log")); err != nil {
+		if s.proc, err = e.procs.start("nats "+s.name, e.self, []string{natsServerCommand, "-c", conf}, e.serverEnv(os.Environ()), filepath.Join(dir, s.name+".log")); err != nil {
 			return c, err
 		}
 	}

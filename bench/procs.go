@@ -236,6 +236,20 @@ func logTail(path string, n int) string {
 	return string(b)
 }
 
+// serverEnv returns env with the GOMAXPROCS of server processes, if set.
+func (e *clusterEnv) serverEnv(env []string) []string {
+	if e.maxprocs <= 0 {
+		return env
+	}
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "GOMAXPROCS=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, fmt.Sprintf("GOMAXPROCS=%d", e.maxprocs))
+}
+
 // childEnv is the environment of server processes: this one's, without
 // the RAFTLOG_* variables, which node's flags would read.
 func childEnv() []string {

@@ -70,7 +70,7 @@ func startRaftlog(ctx context.Context, e *clusterEnv, dir, flush string, pprof b
 			args = append(args, "--pprof")
 		}
 		n.args = args
-		if n.proc, err = e.procs.start("raftlog "+n.id, e.nodeBin, args, childEnv(), filepath.Join(dir, n.id+".log")); err != nil {
+		if n.proc, err = e.procs.start("raftlog "+n.id, e.nodeBin, args, e.serverEnv(childEnv()), filepath.Join(dir, n.id+".log")); err != nil {
 			return c, err
 		}
 	}
