@@ -301,24 +301,36 @@ func (m *member) namedLogs() ([]string, error) {
 }
 
 // refreshLogs sets the members of each of c.logs to those the catalog
-// has it on now (after moves). Call it only while no nemesis runs.
+// has it on now (after moves). The member that answers ListLogs may be
+// behind (it restarted a moment ago and replays its catalog): it asks
+// again until the catalog holds every log of c.logs, for healthyTimeout.
+// Call it only while no nemesis runs.
 func (c *cluster) refreshLogs(ctx context.Context) error {
 	cl, err := client.Dial(ctx, c.clientAddrs(), nil)
 	if err != nil {
 		return err
 	}
 	defer cl.Close()
-	logs, err := cl.ListLogs(ctx)
-	if err != nil {
-		return err
+	var logs []transport.LogInfo
+	var missing error
+	if err := poll(ctx, healthyTimeout, func() (bool, error) {
+		logs, missing = cl.ListLogs(ctx)
+		if missing != nil {
+			return false, nil
+		}
+		for _, l := range c.logs {
+			if !slices.ContainsFunc(logs, func(x transport.LogInfo) bool { return x.Name == l.name }) {
+				missing = fmt.Errorf("log %s is not in the catalog", l.name)
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return fmt.Errorf("%v within %v: %w", missing, healthyTimeout, err)
 	}
 	var errs []error
 	for i, l := range c.logs {
 		j := slices.IndexFunc(logs, func(x transport.LogInfo) bool { return x.Name == l.name })
-		if j < 0 {
-			errs = append(errs, fmt.Errorf("log %s is not in the catalog", l.name))
-			continue
-		}
 		var ms []*member
 		for _, id := range logs[j].Members {
 			m := c.member(id)
