@@ -53,7 +53,9 @@ type cluster struct {
 	members []*member    // immutable after newCluster
 	// logs are the named logs the run created (createLogs), beside the
 	// default log; set before the workload and the nemesis start,
-	// read-only from then on.
+	// read-only while a nemesis runs (a test that moves replicas updates
+	// their members with refreshLogs, from its own goroutine, when none
+	// runs).
 	logs []namedLog
 
 	mu       sync.Mutex // guards the fields below
@@ -68,6 +70,11 @@ type member struct {
 	id                              string
 	raftAddr, clientAddr, adminAddr string // fixed once the cluster has formed
 	dataDir, logPath                string
+
+	// removed is set once the test has removed the node from the
+	// cluster (node remove): heal leaves it down, and the cluster's
+	// members (c.logMembers) leave it out from then on.
+	removed atomic.Bool
 
 	mu     sync.Mutex // guards the fields below
 	proc   *process   // the running process; nil when none
@@ -712,14 +719,16 @@ func (c *cluster) waitVoter(ctx context.Context, m *member, timeout time.Duratio
 }
 
 // heal resumes paused members, lifts every partition, starts members that
-// are down, and waits until the cluster is healthy.
+// are down (but those the test removed), and waits until the cluster is
+// healthy.
 func (c *cluster) heal(ctx context.Context) error {
-	for _, m := range c.members {
+	ms := c.logMembers("")
+	for _, m := range ms {
 		if err := m.resume(); err != nil {
 			return err
 		}
 	}
-	for _, m := range c.members {
+	for _, m := range ms {
 		if m.running() == nil {
 			if err := m.restart(); err != nil {
 				return err
@@ -727,7 +736,7 @@ func (c *cluster) heal(ctx context.Context) error {
 		}
 	}
 	if c.cfg.faults {
-		for _, m := range c.members {
+		for _, m := range ms {
 			if err := m.partition(nil); err != nil {
 				return err
 			}

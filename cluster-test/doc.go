@@ -53,6 +53,21 @@
 // logs too, with every nemesis but those that lose a data dir, so TestSoak
 // and RAFTLOG_SEED cover them.
 //
+// TestLogsRemoveNode runs three named logs of three replicas on five
+// nodes under load and removes a node that holds replicas with `node
+// remove` (the CLI) while a SIGKILL strikes the leader of a log being
+// moved; each log's history is checked as above, and afterwards every
+// log must have its full replica count, all voters, on the nodes left.
+// TestCatalogLeaderCrash SIGKILLs the default log's leader (the
+// catalog's) at the moments a catalog change is half done: right after a
+// log create is acknowledged (the log must then run on all its members
+// and keep every acknowledged append), while a log delete is answered,
+// once the leader's catalog shows the log deleting (afterwards it must be
+// gone from every node's catalog, /status and data dir, or whole on all
+// of them), and while a node remove moves a replica (the removal must
+// finish and leave every log its replica count). Each asks every node
+// itself (ListLogs, /status) and looks into its data dir.
+//
 // The nemeses that lose a node's data dir (disk-failure, wipe,
 // wipe-bootstrap) never run with named logs: a wiped replica of a named
 // log bootstraps the log again instead of rejoining it as a new member,
@@ -143,7 +158,8 @@
 // its memory but not what it wrote to the kernel, so the async-flush test
 // shows that a process crash loses nothing acknowledged, not that a power
 // loss does not. It does not delay or reorder packets, skew clocks, or
-// change membership other than by rejoining a wiped node. It does not
+// change membership other than by rejoining a wiped node and the
+// removals above. It does not
 // wipe or fail the disk of a node holding named logs (see above), nor
 // create or delete logs while the nemeses strike. Below the final
 // floor it cannot tell a record that every node lost from one that was

@@ -91,7 +91,7 @@ func logNames(logs []namedLog) []string {
 // createLogs creates n named logs, log-1 to log-n, with replicas
 // replicas each, records them in c.logs and waits until each has a
 // leader that its members follow. It must run before the workload and
-// the nemesis start: c.logs is read-only from then on.
+// the nemesis start: c.logs is read-only from then on (but refreshLogs).
 func (c *cluster) createLogs(ctx context.Context, n, replicas int) error {
 	cl, err := client.Dial(ctx, c.clientAddrs(), nil)
 	if err != nil {
@@ -138,10 +138,16 @@ func (c *cluster) member(id string) *member {
 }
 
 // logMembers returns the members that hold the log name: every member
-// for the default log ("").
+// the test has not removed for the default log ("").
 func (c *cluster) logMembers(name string) []*member {
 	if name == "" {
-		return c.members
+		var ms []*member
+		for _, m := range c.members {
+			if !m.removed.Load() {
+				ms = append(ms, m)
+			}
+		}
+		return ms
 	}
 	for _, l := range c.logs {
 		if l.name == name {
@@ -231,11 +237,17 @@ func (c *cluster) describeLeads(m *member) (detail string, partial bool) {
 // logLeader waits until a member of the log name that is up reports
 // itself its leader, and returns it.
 func (c *cluster) logLeader(ctx context.Context, name string, timeout time.Duration) (*member, error) {
+	return c.logLeaderAmong(ctx, name, c.logMembers(name), timeout)
+}
+
+// logLeaderAmong is logLeader asking the members ms: all of them, when
+// the log's replicas move.
+func (c *cluster) logLeaderAmong(ctx context.Context, name string, ms []*member, timeout time.Duration) (*member, error) {
 	var l *member
 	err := poll(ctx, timeout, func() (bool, error) {
 		var best *member
 		var bestTerm uint64
-		for _, m := range c.logMembers(name) {
+		for _, m := range ms {
 			if !m.isUp() {
 				continue
 			}

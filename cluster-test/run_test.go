@@ -175,19 +175,9 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 			t.Fatalf("seed %d: %v", rc.seed, err)
 		}
 	}
-	w, err := startWorkload(ctx, c, rec, rc.workload, rc.seed)
+	w, named, err := startWorkloads(ctx, c, rec, rc.workload, rc.seed)
 	if err != nil {
-		t.Fatalf("seed %d: starting the workload: %v", rc.seed, err)
-	}
-	var named []*workload
-	for i, l := range c.logs {
-		cfg := rc.workload
-		cfg.log = l.name
-		nw, err := startWorkload(ctx, c, rec, cfg, rc.seed^uint64(i+1)<<40)
-		if err != nil {
-			t.Fatalf("seed %d: starting the workload of log %s: %v", rc.seed, l.name, err)
-		}
-		named = append(named, nw)
+		t.Fatalf("seed %d: %v", rc.seed, err)
 	}
 	probe := func(ctx context.Context) {
 		w.probe(ctx)
@@ -232,6 +222,27 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 		faults:       nm.faultCounts(),
 		checkTimeout: rc.checkTimeout,
 	})
+}
+
+// startWorkloads starts a workload shaped by cfg on the default log and
+// one on each named log of c (c.logs), each with a seed of its own
+// derived from seed.
+func startWorkloads(ctx context.Context, c *cluster, rec *recorder, cfg workloadConfig, seed uint64) (*workload, []*workload, error) {
+	w, err := startWorkload(ctx, c, rec, cfg, seed)
+	if err != nil {
+		return nil, nil, fmt.Errorf("starting the workload: %w", err)
+	}
+	var named []*workload
+	for i, l := range c.logs {
+		lcfg := cfg
+		lcfg.log = l.name
+		nw, err := startWorkload(ctx, c, rec, lcfg, seed^uint64(i+1)<<40)
+		if err != nil {
+			return nil, nil, fmt.Errorf("starting the workload of log %s: %w", l.name, err)
+		}
+		named = append(named, nw)
+	}
+	return w, named, nil
 }
 
 // verification is what verify needs of a run.

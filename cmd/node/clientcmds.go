@@ -647,19 +647,39 @@ func otherMembers(rows []statusRow) []string {
 func cmdStatus(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
 	var asJSON bool
+	var logName string
 	fs := newFlagSet(e, "status", "", `
 Asks every address in --addrs, and every other member the answering nodes
 list, for its node's status and prints a table for the whole cluster: node
 id, role, leader, term, first/last/commit/applied index, segments and bytes
-of the commit log. An address that does not answer gets a row with the
-error, and the exit status is then 1. A second table shows each node's
-version, commit, Go version, flush mode, and the flags it was started with
-(on the command line or from RAFTLOG_* variables) whose values differ from
-the defaults.`)
+of the commit log (these figures are the default log's). An address that
+does not answer gets a row with the error, and the exit status is then 1.
+A second table shows every log of the cluster, the default log included,
+as its leader describes it: state, leader, replicas (voters in its raft
+group that the catalog places it on / the replicas it asks for), members
+(others than leader and followers with their role, such as Nonvoter while
+a new replica catches up or Leaving while a moved one is removed),
+first/last/commit index and bytes; a log whose leader does not answer gets
+a row with the error, and the exit status is then 1 (a cluster older than
+named logs has no such table). A third table shows each node's version,
+commit, Go version, flush mode, and the flags it was started with (on the
+command line or from RAFTLOG_* variables) whose values differ from the
+defaults.
+
+With --log NAME, it prints that log's row and a table of its members with
+their role and whether each has caught up. --json prints the nodes' rows
+as a JSON array, or with --log the log as 'node log info --json' does.`)
 	cf.define(fs)
-	fs.BoolVar(&asJSON, "json", false, "print a JSON array of rows instead of a table")
+	fs.BoolVar(&asJSON, "json", false, "print a JSON array of the nodes' rows (with --log: the log as a JSON object) instead of tables")
+	fs.StringVar(&logName, "log", "", "show only the log of this `name` (see 'node log list'), with its members")
 	if err := parseClusterCmd(fs, &cf, args); err != nil {
 		return err
+	}
+	oneLog := fs.given("log")
+	if oneLog {
+		if err := checkLogFlag(logName); err != nil {
+			return err
+		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, cf.timeout)
 	defer cancel()
@@ -668,8 +688,25 @@ the defaults.`)
 	if err == nil {
 		defer c.Close()
 	}
+	if oneLog {
+		if err != nil {
+			return err
+		}
+		if err := statusOfLog(ctx, e.stdout, c, logName, asJSON); !errors.Is(err, errNoLogView) {
+			return err
+		}
+		// An older cluster: the default log is what the nodes' table shows.
+	}
 	rows := queryStatus(ctx, c, cf.addrs, opts)
 	rows = append(rows, queryStatus(ctx, c, otherMembers(rows), opts)...)
+	var logs []logRow
+	var logsErr error
+	if c != nil && !asJSON && !oneLog {
+		logs, logsErr = queryLogs(ctx, c, cf.timeout)
+		if errors.Is(logsErr, client.ErrNoNamedLogs) {
+			logs, logsErr = nil, nil // an older cluster: the nodes' table is the default log's
+		}
+	}
 	if asJSON {
 		out := make([]statusJSON, len(rows))
 		for i, r := range rows {
@@ -684,6 +721,15 @@ the defaults.`)
 		if err := writeStatusTable(e.stdout, rows); err != nil {
 			return err
 		}
+		switch {
+		case logsErr != nil:
+			fmt.Fprintf(e.stdout, "\nlogs: error: %v\n", logsErr)
+		case len(logs) > 0:
+			fmt.Fprintln(e.stdout)
+			if err := writeLogsTable(e.stdout, logs); err != nil {
+				return err
+			}
+		}
 		if slices.ContainsFunc(rows, func(r statusRow) bool { return r.err == nil }) {
 			fmt.Fprintln(e.stdout)
 			if err := writeDetailsTable(e.stdout, rows); err != nil {
@@ -697,8 +743,18 @@ the defaults.`)
 			failed++
 		}
 	}
+	var problems []string
 	if failed > 0 {
-		return fmt.Errorf("%d of %d addresses did not answer", failed, len(rows))
+		problems = append(problems, fmt.Sprintf("%d of %d addresses did not answer", failed, len(rows)))
+	}
+	if logsErr != nil {
+		problems = append(problems, fmt.Sprintf("listing the logs: %v", logsErr))
+	}
+	if n := logFailures(logs); n > 0 {
+		problems = append(problems, fmt.Sprintf("%d of %d logs had no leader that answered", n, len(logs)))
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "; "))
 	}
 	return nil
 }

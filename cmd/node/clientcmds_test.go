@@ -212,6 +212,8 @@ func TestClientCommandsOnCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("status of every log", func(t *testing.T) { statusOfLogsOnCluster(t, ctx, lc.clientAddrs()) })
+
 	t.Run("requests in the wrong state", func(t *testing.T) {
 		st := mustRun(t, "status", "--addrs", addrs, "--json")
 		var rows []statusJSON

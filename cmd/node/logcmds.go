@@ -287,16 +287,7 @@ func writeLogInfo(w io.Writer, d *transport.DescribeLogResponse) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "NODE\tADDRESS\tROLE\tCAUGHT UP")
-	for _, m := range d.Members {
-		caught := "no"
-		if m.CaughtUp {
-			caught = "yes"
-		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", m.NodeID, orDash(m.ClientAddr), m.Role, caught)
-	}
-	return tw.Flush()
+	return writeMemberTable(w, d)
 }
 
 // cmdLogDelete is "node log delete".

@@ -63,7 +63,7 @@ var commands = []command{
 	{"append", "append records and print their indexes", cmdAppend},
 	{"read", "print records: index<TAB>data, or JSON lines", cmdRead},
 	{"tail", "print records as they commit, until Ctrl-C", cmdTail},
-	{"status", "show a status row for every node", cmdStatus},
+	{"status", "show a status row for every node and every log", cmdStatus},
 	{"join", "add a node to the cluster", cmdJoin},
 	{"remove", "remove a node from the cluster", cmdRemove},
 	{"transfer", "hand leadership over to another node", cmdTransfer},
