@@ -116,9 +116,9 @@ func (m Move) Command() *BeginMove {
 }
 
 // movable reports whether a move of l may be planned: active, started, no
-// move under way.
+// move under way, no lost replica to rebuild.
 func movable(l *Log) bool {
-	return l.State == LogActive && l.Initial == nil && !l.Moving()
+	return l.State == LogActive && l.Initial == nil && !l.Moving() && len(l.Dropped) == 0
 }
 
 // Plan returns the replica moves that bring s towards an even spread:
@@ -274,7 +274,7 @@ func AssignLeaders(s *State) []LeaderChange {
 		}
 		var el []string
 		for _, m := range l.Members {
-			if s.active(m) && m != l.Leaving {
+			if s.active(m) && m != l.Leaving && !l.Lost(m) {
 				el = append(el, m)
 			}
 		}
