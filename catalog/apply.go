@@ -367,7 +367,7 @@ func (t *tx) beginMove(c *BeginMove) Result {
 		return refuse(fmt.Errorf("%w: begin move: %q's replica of log %q is not lost: there is nothing to rebuild", ErrInvalidMembers, c.From, l.Name))
 	case c.From != c.To && slices.Contains(l.Members, c.To):
 		return refuse(fmt.Errorf("%w: begin move: %q is already a member of log %q", ErrInvalidMembers, c.To, l.Name))
-	case c.From != c.To && len(l.Dropped) > 0:
+	case c.From != c.To && slices.ContainsFunc(l.Dropped, func(d string) bool { return d != c.From }):
 		return refuse(fmt.Errorf("%w: begin move: log %q has lost replicas %v to rebuild first", ErrConflict, l.Name, l.Dropped))
 	}
 	if err := t.s.checkActive(c.To); err != nil {

@@ -330,6 +330,19 @@ func TestApply(t *testing.T) {
 		{name: "replica dropped by a move's joining node", cmd: &ReplicaDropped{ID: idMv, Node: "n5"}, err: ErrConflict},
 		{name: "move refused while a replica is lost", pre: []Command{&ReplicaDropped{ID: idA, Node: "n2"}},
 			cmd: &BeginMove{ID: idA, From: "n3", To: "n4"}, err: ErrConflict},
+		{name: "a lost replica moves away", pre: []Command{&ReplicaDropped{ID: idA, Node: "n3"}}, cmd: &BeginMove{ID: idA, From: "n3", To: "n4"},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if l := logOf(t, s, idA); l.Joining != "n4" || !l.Lost("n3") {
+					t.Fatalf("log %+v", l)
+				}
+			}},
+		{name: "a lost replica on a leaving node is drained", pre: []Command{&ReplicaDropped{ID: idA, Node: "n3"}, &MarkLeaving{ID: "n3"}},
+			cmd: &MarkActive{ID: "n5"},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if !slices.ContainsFunc(Plan(s, nil), func(m Move) bool { return m.Log == idA && m.From == "n3" }) {
+					t.Fatalf("no drain of the lost replica on leaving n3: %+v", Plan(s, nil))
+				}
+			}},
 		{name: "rebuild of a replica not lost", cmd: &BeginMove{ID: idA, From: "n2", To: "n2"}, err: ErrInvalidMembers},
 		{name: "rebuild begins", pre: []Command{&ReplicaDropped{ID: idA, Node: "n2"}}, cmd: &BeginMove{ID: idA, From: "n2", To: "n2"},
 			check: func(t *testing.T, _, s *State, _ Result) {

@@ -140,9 +140,9 @@ type LogStarted struct{ ID, Version uint64 }
 
 // BeginMove starts the move of the replica on From to To (see Log). From
 // must be a member, To an active node that does not host the log; the log
-// must be active with no move under way and no lost replica. From equal
-// to To is the rebuild of From's lost replica (in Dropped) on its own
-// node.
+// must be active with no move under way and no lost replica but maybe
+// From's. From equal to To is the rebuild of From's lost replica (in
+// Dropped) on its own node.
 type BeginMove struct {
 	ID, Version uint64
 	From, To    string

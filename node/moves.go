@@ -230,12 +230,13 @@ func (n *Node) removeDrained(id string) error {
 
 // beginRebuild begins the rebuild of log l's first lost replica once its
 // old voter is out of the log's committed configuration (demoted by the
-// log's leader, reconfigure), and reports whether it did.
+// log's leader, reconfigure), and reports whether it did. A lost replica
+// on a leaving node is not rebuilt: catalog.Plan moves it away.
 func (n *Node) beginRebuild(ctx context.Context, l catalog.Log) (bool, error) {
-	if l.Initial != nil {
+	id := l.Dropped[0]
+	if nd, ok := n.catalog.State().Node(id); l.Initial != nil || !ok || nd.State != catalog.NodeActive {
 		return false, nil
 	}
-	id := l.Dropped[0]
 	d, err := n.describeAnywhere(ctx, l)
 	if err != nil || d.ConfigIndex > d.CommitIndex || voting(role(d, id)) || role(d, id) == transport.RoleLeaving {
 		return false, nil

@@ -60,8 +60,9 @@ func (c groupConfig) voter(id string) bool {
 //  2. a move's leaving node that already left the cluster is removed
 //     before the joining node is added, so that no commit waits for it;
 //  3. a host that is not a voter (a move's joining node, a lost member
-//     being rebuilt, a nonvoter a crash left behind) is added as a
-//     nonvoter, and promoted once it has caught up (caughtUp);
+//     being rebuilt, a nonvoter a crash left behind) and is in the
+//     cluster is added as a nonvoter, and promoted once it has caught up
+//     (caughtUp);
 //  4. a move's leaving node is removed once the joining node votes, and a
 //     server the catalog does not place the log on (a cancelled move's
 //     target) is removed; a leader that must go hands its leadership over
@@ -126,8 +127,8 @@ func (n *Node) reconfigure(s *catalog.State, h *hostedLog) {
 			continue
 		}
 		nd, known := s.Node(id)
-		if !known {
-			continue
+		if !known || !n.inCluster(id) {
+			continue // a node gone from the cluster never catches up
 		}
 		addr := raft.ServerAddress(nd.RaftAddr)
 		if _, in := c.suffrage(id); !in {
