@@ -363,8 +363,12 @@ func (t *tx) beginMove(c *BeginMove) Result {
 		return refuse(fmt.Errorf("%w: begin move: log %q has not started", ErrConflict, l.Name))
 	case !slices.Contains(l.Members, c.From):
 		return refuse(fmt.Errorf("%w: begin move: %q is not a member of log %q", ErrInvalidMembers, c.From, l.Name))
-	case slices.Contains(l.Members, c.To):
+	case c.From == c.To && !l.Lost(c.From):
+		return refuse(fmt.Errorf("%w: begin move: %q's replica of log %q is not lost: there is nothing to rebuild", ErrInvalidMembers, c.From, l.Name))
+	case c.From != c.To && slices.Contains(l.Members, c.To):
 		return refuse(fmt.Errorf("%w: begin move: %q is already a member of log %q", ErrInvalidMembers, c.To, l.Name))
+	case c.From != c.To && slices.ContainsFunc(l.Dropped, func(d string) bool { return d != c.From }):
+		return refuse(fmt.Errorf("%w: begin move: log %q has lost replicas %v to rebuild first", ErrConflict, l.Name, l.Dropped))
 	}
 	if err := t.s.checkActive(c.To); err != nil {
 		return refuse(fmt.Errorf("begin move: log %q: %w", l.Name, err))
@@ -390,6 +394,12 @@ func (t *tx) endMove(id, version uint64, finish bool) Result {
 	n := l.clone()
 	if finish {
 		n.Members[slices.Index(n.Members, n.Leaving)] = n.Joining
+		// A rebuilt replica is no longer lost; a lost one moved away is
+		// no longer a member.
+		n.Dropped = slices.DeleteFunc(n.Dropped, func(d string) bool { return d == n.Joining || d == n.Leaving })
+		if len(n.Dropped) == 0 {
+			n.Dropped = nil
+		}
 	}
 	n.Joining, n.Leaving = "", ""
 	return t.changed(n)
@@ -445,6 +455,7 @@ func (t *tx) deleteLog(c *DeleteLog) Result {
 	}
 	n := l.clone()
 	n.State = LogDeleting
+	n.Dropped = nil // lost replicas (a rebuild's may hold data by now) report again
 	return t.changed(n)
 }
 
@@ -454,8 +465,10 @@ func (t *tx) replicaDropped(c *ReplicaDropped) Result {
 		return refuse(err)
 	}
 	switch {
-	case l.State != LogDeleting:
-		return refuse(fmt.Errorf("%w: replica dropped: log %q is %v", ErrConflict, l.Name, l.State))
+	case l.State == LogActive && c.Node == l.Joining:
+		return refuse(fmt.Errorf("%w: replica dropped: %q is joining log %q: cancel the move first", ErrConflict, c.Node, l.Name))
+	case l.State == LogActive && !slices.Contains(l.Members, c.Node):
+		return refuse(fmt.Errorf("%w: replica dropped: %q is not a member of log %q", ErrInvalidMembers, c.Node, l.Name))
 	case !l.HostedBy(c.Node):
 		return refuse(fmt.Errorf("%w: replica dropped: %q does not host log %q", ErrInvalidMembers, c.Node, l.Name))
 	}
@@ -465,6 +478,9 @@ func (t *tx) replicaDropped(c *ReplicaDropped) Result {
 	}
 	n := l.clone()
 	n.Dropped = slices.Insert(n.Dropped, i, c.Node)
+	if l.State == LogActive {
+		return t.changed(n) // a lost replica (see Log)
+	}
 	for _, h := range n.Hosts() {
 		if _, ok := slices.BinarySearch(n.Dropped, h); !ok {
 			return t.changed(n)

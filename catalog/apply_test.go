@@ -316,7 +316,68 @@ func TestApply(t *testing.T) {
 					t.Fatal("log id still there")
 				}
 			}},
-		{name: "replica dropped of an active log", cmd: &ReplicaDropped{ID: idA, Node: "n1"}, err: ErrConflict},
+		{name: "replica dropped of an active log: lost", cmd: &ReplicaDropped{ID: idA, Node: "n2"},
+			check: func(t *testing.T, s0, s *State, _ Result) {
+				l := logOf(t, s, idA)
+				if !l.Lost("n2") || l.Lost("n1") || l.Version != logOf(t, s0, idA).Version+1 || !slices.Equal(l.Members, []string{"n1", "n2", "n3"}) {
+					t.Fatalf("log %+v", l)
+				}
+				if moves := Plan(s, nil); slices.ContainsFunc(moves, func(m Move) bool { return m.Log == idA }) {
+					t.Fatalf("planned a move of a log with a lost replica: %+v", moves)
+				}
+			}},
+		{name: "replica dropped of an active log by a non-member", cmd: &ReplicaDropped{ID: idA, Node: "n4"}, err: ErrInvalidMembers},
+		{name: "replica dropped by a move's joining node", cmd: &ReplicaDropped{ID: idMv, Node: "n5"}, err: ErrConflict},
+		{name: "move refused while a replica is lost", pre: []Command{&ReplicaDropped{ID: idA, Node: "n2"}},
+			cmd: &BeginMove{ID: idA, From: "n3", To: "n4"}, err: ErrConflict},
+		{name: "a lost replica moves away", pre: []Command{&ReplicaDropped{ID: idA, Node: "n3"}}, cmd: &BeginMove{ID: idA, From: "n3", To: "n4"},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if l := logOf(t, s, idA); l.Joining != "n4" || !l.Lost("n3") {
+					t.Fatalf("log %+v", l)
+				}
+			}},
+		{name: "a lost replica on a leaving node is drained", pre: []Command{&ReplicaDropped{ID: idA, Node: "n3"}, &MarkLeaving{ID: "n3"}},
+			cmd: &MarkActive{ID: "n5"},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if !slices.ContainsFunc(Plan(s, nil), func(m Move) bool { return m.Log == idA && m.From == "n3" }) {
+					t.Fatalf("no drain of the lost replica on leaving n3: %+v", Plan(s, nil))
+				}
+			}},
+		{name: "rebuild of a replica not lost", cmd: &BeginMove{ID: idA, From: "n2", To: "n2"}, err: ErrInvalidMembers},
+		{name: "rebuild begins", pre: []Command{&ReplicaDropped{ID: idA, Node: "n2"}}, cmd: &BeginMove{ID: idA, From: "n2", To: "n2"},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				l := logOf(t, s, idA)
+				if !l.Rebuilding() || !l.Lost("n2") || !slices.Equal(l.Hosts(), []string{"n1", "n2", "n3"}) {
+					t.Fatalf("log %+v, hosts %v", l, l.Hosts())
+				}
+			}},
+		{name: "rebuild finished", pre: []Command{&ReplicaDropped{ID: idA, Node: "n2"}, &BeginMove{ID: idA, From: "n2", To: "n2"}},
+			cmd: &FinishMove{ID: idA},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				l := logOf(t, s, idA)
+				if l.Moving() || l.Lost("n2") || l.Dropped != nil || !slices.Equal(l.Members, []string{"n1", "n2", "n3"}) {
+					t.Fatalf("log %+v", l)
+				}
+			}},
+		{name: "rebuild cancelled", pre: []Command{&ReplicaDropped{ID: idA, Node: "n2"}, &BeginMove{ID: idA, From: "n2", To: "n2"}},
+			cmd: &CancelMove{ID: idA},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if l := logOf(t, s, idA); l.Moving() || !l.Lost("n2") {
+					t.Fatalf("log %+v", l)
+				}
+			}},
+		{name: "a lost replica moved away", pre: []Command{&ReplicaDropped{ID: idMv, Node: "n3"}}, cmd: &FinishMove{ID: idMv},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if l := logOf(t, s, idMv); l.Dropped != nil || l.HostedBy("n3") {
+					t.Fatalf("log %+v", l)
+				}
+			}},
+		{name: "delete forgets lost replicas", pre: []Command{&ReplicaDropped{ID: idA, Node: "n2"}}, cmd: &DeleteLog{ID: idA},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if l := logOf(t, s, idA); l.Dropped != nil {
+					t.Fatalf("log %+v", l)
+				}
+			}},
 		{name: "replica dropped by a non-host", cmd: &ReplicaDropped{ID: idGone, Node: "n1"}, err: ErrInvalidMembers},
 
 		// LogDeleted.

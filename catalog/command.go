@@ -140,15 +140,18 @@ type LogStarted struct{ ID, Version uint64 }
 
 // BeginMove starts the move of the replica on From to To (see Log). From
 // must be a member, To an active node that does not host the log; the log
-// must be active with no move under way.
+// must be active with no move under way and no lost replica but maybe
+// From's. From equal to To is the rebuild of From's lost replica (in
+// Dropped) on its own node.
 type BeginMove struct {
 	ID, Version uint64
 	From, To    string
 }
 
-// FinishMove finishes a log's move: To replaces From in Members. The log's
-// leader proposes it once To is a voter and From is out of the raft
-// configuration. A deleting log's move is neither finished nor cancelled
+// FinishMove finishes a log's move: To replaces From in Members, and
+// neither is in Dropped any more. The catalog's leader proposes it once To
+// is a voter and From is out of the raft configuration (for a rebuild:
+// once the member is a voter again). A deleting log's move is neither finished nor cancelled
 // (ErrDeleting): every host, the joining node included, drops its data.
 type FinishMove struct{ ID, Version uint64 }
 
@@ -175,6 +178,11 @@ type DeleteLog struct{ ID, Version uint64 }
 // ReplicaDropped records that Node, a host of a deleting log, has shut its
 // raft group down and dropped its data. When every host has, the log is
 // gone (Result.Gone) and its name free.
+//
+// On an active log it records that Node, a member, lost its replica (its
+// data dir was wiped): Node joins Dropped, and its replica is rebuilt (see
+// Log). Refused while Node is the joining node of a move (ErrConflict):
+// the move is cancelled first.
 type ReplicaDropped struct {
 	ID, Version uint64
 	Node        string

@@ -32,6 +32,8 @@
 // leader with the pure functions of place.go and written as commands.
 // A replica move adds the new replica before it removes the old one (see
 // Log): a log never has fewer than its replica count of copies.
+// A member that lost its replica (a wiped node) is recorded as lost and
+// rebuilt in place, as a new member of the log's raft group (see Log).
 //
 // # Concurrency
 //

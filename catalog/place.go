@@ -116,15 +116,16 @@ func (m Move) Command() *BeginMove {
 }
 
 // movable reports whether a move of l may be planned: active, started, no
-// move under way.
+// move under way, no lost replica to rebuild.
 func movable(l *Log) bool {
-	return l.State == LogActive && l.Initial == nil && !l.Moving()
+	return l.State == LogActive && l.Initial == nil && !l.Moving() && len(l.Dropped) == 0
 }
 
 // Plan returns the replica moves that bring s towards an even spread:
 //
-//   - Drain: for each movable log (active, started, no move under way)
-//     with a member on a leaving node, one move of that replica to the
+//   - Drain: for each movable log (active, started, no move under way,
+//     no lost replica but maybe the one drained) with a member on a
+//     leaving node, one move of that replica to the
 //     active node, not holding the log, with the fewest replicas, then
 //     bytes, then lowest id, counting the moves planned before it. A log
 //     with no such node keeps its replica until one joins.
@@ -149,7 +150,7 @@ func Plan(s *State, load Load) []Move {
 	for _, id := range s.logIDs() {
 		l := s.logs[id]
 		anyMoving = anyMoving || l.Moving()
-		if !movable(l) {
+		if l.State != LogActive || l.Initial != nil || l.Moving() {
 			continue
 		}
 		from := ""
@@ -159,7 +160,9 @@ func Plan(s *State, load Load) []Move {
 				break
 			}
 		}
-		if from == "" {
+		// A lost replica is rebuilt before another moves, unless it is the
+		// one to drain.
+		if from == "" || len(l.Dropped) > 1 || len(l.Dropped) == 1 && l.Dropped[0] != from {
 			continue
 		}
 		to := ""
@@ -274,7 +277,7 @@ func AssignLeaders(s *State) []LeaderChange {
 		}
 		var el []string
 		for _, m := range l.Members {
-			if s.active(m) && m != l.Leaving {
+			if s.active(m) && m != l.Leaving && !l.Lost(m) {
 				el = append(el, m)
 			}
 		}

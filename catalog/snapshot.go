@@ -239,12 +239,15 @@ func (s *State) checkLog(l *Log) error {
 		return fmt.Errorf("a move with joining %q and leaving %q", l.Joining, l.Leaving)
 	}
 	if l.Joining != "" {
-		if _, ok := s.nodes[l.Joining]; !ok || slices.Contains(l.Members, l.Joining) || !slices.Contains(l.Members, l.Leaving) || l.Initial != nil {
+		rebuild := l.Rebuilding() && l.Lost(l.Joining)
+		if _, ok := s.nodes[l.Joining]; !ok || slices.Contains(l.Members, l.Joining) && !rebuild || !slices.Contains(l.Members, l.Leaving) || l.Initial != nil {
 			return fmt.Errorf("a move of %q to %q that does not fit members %v", l.Leaving, l.Joining, l.Members)
 		}
 	}
-	if len(l.Dropped) > 0 && l.State != LogDeleting {
-		return fmt.Errorf("dropped replicas of a log in state %v", l.State)
+	for _, d := range l.Dropped {
+		if l.State == LogActive && !slices.Contains(l.Members, d) {
+			return fmt.Errorf("lost replica on %q, which is not a member", d)
+		}
 	}
 	if !slices.IsSorted(l.Dropped) || distinct(l.Dropped) != nil {
 		return fmt.Errorf("dropped replicas %v not sorted and distinct", l.Dropped)

@@ -188,7 +188,9 @@ func TestRestoreCorrupt(t *testing.T) {
 		{"no default log", func(s *State) { delete(s.logs, DefaultID) }},
 		{"two replicas", func(s *State) { s.logs[idA].Settings.Replicas = 2 }},
 		{"dropped by a non-host", func(s *State) { s.logs[idGone].Dropped = []string{"n1"} }},
-		{"dropped of an active log", func(s *State) { s.logs[idA].Dropped = []string{"n1"} }},
+		{"lost replica of a non-member", func(s *State) { s.logs[idA].Dropped = []string{"n4"} }},
+		{"lost replicas unsorted", func(s *State) { s.logs[idA].Dropped = []string{"n2", "n1"} }},
+		{"rebuild of a replica not lost", func(s *State) { s.logs[idA].Joining, s.logs[idA].Leaving = "n1", "n1" }},
 		{"log state 3", func(s *State) { s.logs[idA].State = 3 }},
 		{"version 0", func(s *State) { s.logs[idA].Version = 0 }},
 	} {

@@ -115,6 +115,17 @@ type Settings struct {
 // Joining (Hosts), so F keeps its data until the move is finished and T
 // holds it from the start: a move never leaves fewer than Replicas copies.
 // A log has at most one move under way.
+//
+// Lost replicas. A member whose node lost its data (its data dir was
+// wiped and it rejoined the cluster) is reported with ReplicaDropped
+// while the log is active: it is then in Dropped, holds nothing, and must
+// not vote in the log's raft group with its old membership. The log's
+// leader demotes its old voter to a nonvoter (committed by the other
+// voters, which hold every committed entry); then a rebuild, a move of
+// the member to itself (BeginMove with From and To the member), has the
+// node start an empty replica as a new member, which the leader promotes
+// once it has caught up; FinishMove then takes the member out of
+// Dropped. No other move is planned while a log has a lost replica.
 type Log struct {
 	// Name is the log's name, unique among the catalog's logs.
 	Name string
@@ -139,8 +150,10 @@ type Log struct {
 	// Leaving is the member a move is replacing, "" when no move is under
 	// way.
 	Leaving string
-	// Dropped is the hosts, sorted, that have reported dropping the data
-	// of a deleting log (ReplicaDropped).
+	// Dropped is, for a deleting log, the hosts that have reported
+	// dropping its data; for an active log, the members that lost their
+	// replica and are being rebuilt (see Log). Sorted. Both are
+	// ReplicaDropped's.
 	Dropped []string
 	// Version is raised by every change of the record; a command may name
 	// the version it was decided on, and is refused if the record changed
@@ -149,10 +162,11 @@ type Log struct {
 }
 
 // Hosts returns the nodes that hold the log: its members and, during a
-// move, the joining node, in that order.
+// move, the joining node, in that order (a rebuild's joining node is a
+// member, listed once).
 func (l *Log) Hosts() []string {
 	h := slices.Clone(l.Members)
-	if l.Joining != "" {
+	if l.Joining != "" && l.Joining != l.Leaving {
 		h = append(h, l.Joining)
 	}
 	return h
@@ -166,6 +180,18 @@ func (l *Log) HostedBy(node string) bool {
 
 // Moving reports whether a move is under way.
 func (l *Log) Moving() bool { return l.Joining != "" }
+
+// Rebuilding reports whether a move under way is the rebuild of a lost
+// replica on its own node (see Log).
+func (l *Log) Rebuilding() bool { return l.Joining != "" && l.Joining == l.Leaving }
+
+// Lost reports whether node is a member of the active log l whose replica
+// was lost (in Dropped): it must not vote in the log's raft group until
+// its rebuild is finished.
+func (l *Log) Lost(node string) bool {
+	_, found := slices.BinarySearch(l.Dropped, node)
+	return l.State == LogActive && found
+}
 
 // PreferredLeader returns the first member, "" if the log has none (the
 // default log before the catalog has started).

@@ -138,6 +138,9 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 	}
 	switch {
 	case r.Fresh:
+		if err := n.recordLost(ctx, r.NodeID); err != nil {
+			return nil, err
+		}
 		if resp.Index, err = n.joinNew(r, cf.Configuration()); err != nil {
 			return nil, err
 		}

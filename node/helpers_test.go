@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/transport"
 )
@@ -176,4 +177,57 @@ func call[Resp any](t *testing.T, c *transport.Conn, op transport.Op, req any) (
 // discardLogger is a logger that drops everything.
 func discardLogger() hclog.Logger {
 	return hclog.New(&hclog.LoggerOptions{Output: io.Discard, Level: hclog.Off})
+}
+
+// waitForIn waits until cond holds, polling, and fails the test if it
+// does not within d.
+func waitForIn(t *testing.T, d time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(d)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %v waiting: %s", d, what)
+		}
+		timer := time.NewTimer(20 * time.Millisecond)
+		<-timer.C
+	}
+}
+
+// logLeader returns the node that leads named log id, nil if none does.
+func logLeader(c *testCluster, id uint64) *Node {
+	for _, n := range c.nodes {
+		if h := n.host.hosted(id); h != nil && h.r.IsLeader() {
+			return n
+		}
+	}
+	return nil
+}
+
+// logServers returns the raft configuration of named log id as node n's
+// replica has it, nil if n runs none.
+func logServers(n *Node, id uint64) []raft.Server {
+	h := n.host.hosted(id)
+	if h == nil {
+		return nil
+	}
+	c, _ := readConfig(h.r.Raft())
+	return c.servers
+}
+
+// partitionFrom cuts node n's raft traffic off from every other node of c,
+// on both sides (fault injection must be on); heal undoes it.
+func (c *testCluster) partitionFrom(n *Node) (heal func()) {
+	var others []string
+	for _, o := range c.nodes {
+		if o != n {
+			others = append(others, o.RaftAddr())
+			o.faults.layer.partition([]string{n.RaftAddr()})
+		}
+	}
+	n.faults.layer.partition(others)
+	return func() {
+		for _, o := range c.nodes {
+			o.faults.layer.partition(nil)
+		}
+	}
 }

@@ -196,6 +196,10 @@ func (n *Node) reconcile(s *catalog.State) {
 		if l.ID == catalog.DefaultID || l.State != catalog.LogActive || n.host.hosted(l.ID) != nil {
 			continue // the default log's replica is n.log, never a second one
 		}
+		if l.Lost(n.cfg.ID) && l.Joining != n.cfg.ID {
+			n.warnLost(l) // started empty once its rebuild begins (moves.go)
+			continue
+		}
 		if l.ID < born && l.Joining != n.cfg.ID && !slices.Contains(held, replica.GroupsOf(l.ID).Live) {
 			n.warnLost(l)
 			continue
@@ -219,6 +223,9 @@ func (n *Node) reconcile(s *catalog.State) {
 		if gone(h.id) || movedAway(h.id) {
 			n.dropLog(h.id, h)
 			continue
+		}
+		if l, ok := s.LogByID(h.id); ok {
+			h.gate.allowed.Store(!l.Lost(n.cfg.ID))
 		}
 		n.reconfigure(s, h)
 	}
@@ -248,7 +255,7 @@ func (n *Node) balanceLeaders(s *catalog.State) {
 		}
 		want := l.PreferredLeader()
 		rf := h.r.Raft()
-		if want == "" || want == n.cfg.ID || rf.State() != raft.Leader {
+		if want == "" || want == n.cfg.ID || l.Lost(want) || rf.State() != raft.Leader {
 			continue
 		}
 		f := rf.GetConfiguration()
@@ -338,7 +345,7 @@ func (n *Node) warnLost(l catalog.Log) {
 	n.host.warned[l.ID] = true
 	n.host.mu.Unlock()
 	if first {
-		n.cfg.Logger.Warn("not starting a log this node holds no data of although it should: it may have lost it (its data dir was wiped), and a replica that forgot its votes must not vote; the log runs on its other replicas",
+		n.cfg.Logger.Warn("not starting a log this node holds no data of although it should: it may have lost it (its data dir was wiped), and a replica that forgot its votes must not vote; the log runs on its other replicas until its replica here is rebuilt",
 			"log", l.Name, "id", l.ID)
 	}
 }
@@ -420,13 +427,16 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if err != nil {
 		return err
 	}
-	gate := newVoteGate(tr, true, c.ID)
+	// A lost replica being rebuilt does not vote before it is a voter
+	// again (moves.go): the gate opens once the rebuild is finished.
+	lost := l.Lost(c.ID)
+	gate := newVoteGate(tr, !lost, c.ID)
 	if err := r.Start(gate); err != nil {
 		gate.Close()
 		return err
 	}
 	gate.raft.Store(r.Raft())
-	if !existing && slices.Contains(l.Initial, c.ID) {
+	if !existing && !lost && slices.Contains(l.Initial, c.ID) {
 		var conf raft.Configuration
 		for _, m := range l.Initial {
 			nd, ok := s.Node(m)
@@ -455,7 +465,7 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	}
 	n.host.logs[l.ID] = &hostedLog{id: l.ID, name: l.Name, r: r, tr: tr, gate: gate}
 	n.host.mu.Unlock()
-	c.Logger.Info("started a log's replica", "log", l.Name, "id", l.ID, "bootstrapped", !existing && slices.Contains(l.Initial, c.ID))
+	c.Logger.Info("started a log's replica", "log", l.Name, "id", l.ID, "bootstrapped", !existing && !lost && slices.Contains(l.Initial, c.ID), "rebuilding", lost)
 	return nil
 }
 
@@ -601,7 +611,8 @@ func (n *Node) defaultLogInfo() transport.LogInfo {
 }
 
 // describeLog serves DescribeLog on the log's leader; another node answers
-// NotLeader naming the leader or a member.
+// NotLeader naming the leader or a member, unless the request is Local
+// and the node holds a replica of the log: it then describes its own.
 func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogRequest) (*transport.DescribeLogResponse, error) {
 	var (
 		info  transport.LogInfo
@@ -626,22 +637,34 @@ func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogReques
 			info.LeaderID = string(id)
 		}
 	}
+	if req.Local {
+		return describe(info, hosts, r, n.catalog.State()), nil
+	}
 	if _, err := r.Leading(ctx); err != nil {
 		return nil, err
 	}
 	return describe(info, hosts, r, n.catalog.State()), nil
 }
 
-// describe describes a log its leader r serves: info, and how r's raft
-// group stands. A member's CaughtUp is known for the leader only (raft
-// does not tell a follower's progress).
+// describe describes a log its leader r serves (or any replica r, for a
+// Local request): info, and how r's raft group stands. A member's
+// CaughtUp is known for the leader only (raft does not tell a follower's
+// progress). The configuration is read before the indexes, so that
+// ConfigIndex <= CommitIndex proves the roles committed.
 //
 // hosts are the nodes the catalog has the log on, a move's joining node
 // included: a voter among them is a Follower, a voter not among them is
 // Leaving.
 func describe(info transport.LogInfo, hosts []string, r *replica.Replica, s *catalog.State) *transport.DescribeLogResponse {
 	rf := r.Raft()
-	resp := &transport.DescribeLogResponse{Log: info, LastIndex: rf.LastIndex(), CommitIndex: rf.CommitIndex(), Bytes: r.FSM().RecordBytes()}
+	var (
+		servers     []raft.Server
+		configIndex uint64
+	)
+	if f := rf.GetConfiguration(); f.Error() == nil {
+		servers, configIndex = f.Configuration().Servers, f.Index()
+	}
+	resp := &transport.DescribeLogResponse{Log: info, LastIndex: rf.LastIndex(), CommitIndex: rf.CommitIndex(), Bytes: r.FSM().RecordBytes(), ConfigIndex: configIndex}
 	if floor := r.FSM().ReadView().Floor; resp.LastIndex >= floor {
 		resp.FirstIndex = floor
 	}
@@ -654,10 +677,6 @@ func describe(info transport.LogInfo, hosts []string, r *replica.Replica, s *cat
 	_, leader := rf.LeaderWithID()
 	resp.Log.LeaderID = string(leader)
 	resp.LeaderAddr = addr(string(leader))
-	var servers []raft.Server
-	if f := rf.GetConfiguration(); f.Error() == nil {
-		servers = f.Configuration().Servers
-	}
 	inConfig := map[string]raft.Server{}
 	for _, srv := range servers {
 		inConfig[string(srv.ID)] = srv

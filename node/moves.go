@@ -6,21 +6,60 @@ package node
 // being removed leaving, records that a new log's group has started
 // (catalog.LogStarted, once the log has a leader), begins the moves
 // catalog.Plan gives (a leaving node's replicas go elsewhere; a node that
-// joined takes replicas until the spread is even), cancels the moves whose
-// target left, finishes a move once the log's raft configuration has the
-// new replica as a voter and no longer the old one, and removes a leaving
-// node from the cluster once it holds no replica.
+// joined takes replicas until the spread is even), begins the rebuild of
+// lost replicas (below), cancels the moves whose target left, finishes a
+// move once the log's committed raft configuration has the new replica as
+// a voter and no longer the old one, and removes a leaving node from the
+// cluster once it holds no replica.
 //
-// Each log's leader carries out its log's move (reconfigure): it adds the
-// joining node as a voter, then removes the leaving one (handing its own
-// leadership over first if it is the one leaving), and removes any server
-// the catalog no longer has the log on (a cancelled move's target). A
-// commit then needs a majority of the new configuration, which holds the
-// old members but one, so what was acknowledged stays on a majority
-// throughout. The joining node starts the log's replica empty and receives
+// Each log's leader carries out its log's move (reconfigure.go): it adds
+// the joining node as a nonvoter, promotes it once its replica has caught
+// up (its node reports the replica's last index), then removes the
+// leaving one (handing its own leadership over first if it is the one
+// leaving), and removes any server the catalog no longer has the log on
+// (a cancelled move's target). While the new replica catches up, commits
+// need a majority of the old members only, so one of them failing does
+// not stall the log; once it votes, a commit needs a majority of the old
+// members and the new one, which holds every old member but one, so what
+// was acknowledged stays on a majority throughout. When the leaving node
+// has already left the cluster (it was removed, or is gone), it is
+// removed first, so that no commit waits for a node that will never
+// answer. The joining node starts the log's replica empty and receives
 // the log from the leader (a snapshot carrying the retained records when
-// the log was trimmed); the node that left drops its copy once its catalog
-// is current and no longer places the log on it.
+// the log was trimmed); the node that left drops its copy once its
+// catalog is current and no longer places the log on it.
+//
+// Lost replicas. A node whose data dir was wiped rejoins the cluster as a
+// new member (rejoin.go); the default log's leader first records in the
+// catalog that it lost its replica of each named log it was a member of
+// (recordLost: catalog.ReplicaDropped; a move that was adding it is
+// cancelled). The node never starts such a replica with what it does not
+// hold, and never votes in the log with its old membership: the log's
+// leader demotes its old voter to a nonvoter; once that is committed, the
+// planner begins a rebuild (a move of the member to itself), the node
+// starts an empty replica, which the leader promotes once it has caught up
+// past its demotion; the planner then finishes the rebuild, and the node's
+// replica votes again (its vote gate stays closed until then).
+//
+// The states a log's raft configuration goes through, and what the next
+// round does from each when a leader (the default log's or the log's)
+// crashed at any step:
+//
+//	move begun, joining node absent      add it as a nonvoter
+//	joining node a nonvoter              promote it once caught up
+//	joining node a voter, leaving a voter  remove the leaving node
+//	leaving node out, move not finished  the planner finishes it
+//	move cancelled, target still in      remove the target (voter or not)
+//	move finished, new member a nonvoter promote it once caught up
+//	  (its promotion was lost)
+//	lost member still a voter            demote it
+//	lost member a nonvoter or absent     the planner begins the rebuild
+//	rebuild begun, member a nonvoter     promote it once caught up
+//	  or absent                          (absent: add it as a nonvoter)
+//	rebuild begun, member a voter        the planner finishes it
+//
+// The planner acts only on configurations the log's leader has committed,
+// so a crash cannot take back a step it saw.
 
 import (
 	"context"
@@ -32,7 +71,6 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/catalog"
-	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -113,20 +151,31 @@ func (n *Node) plan(ctx context.Context) error {
 			continue
 		}
 		if !l.Moving() {
+			if len(l.Dropped) > 0 && moving < maxMoves {
+				began, err := n.beginRebuild(ctx, l)
+				if err != nil {
+					return err
+				}
+				if began {
+					moving++
+				}
+			}
 			continue
 		}
 		moving++
+		// Only a committed configuration counts: one the next leader has.
 		d, err := n.describeAnywhere(ctx, l)
-		if err != nil {
+		if err != nil || d.ConfigIndex > d.CommitIndex {
 			continue
 		}
-		if role(d, l.Joining) == transport.RoleFollower || role(d, l.Joining) == transport.RoleLeader {
-			if r := role(d, l.Leaving); r == transport.RolePending || r == "" {
-				if err := n.commitCatalog(ctx, &catalog.FinishMove{ID: l.ID, Version: l.Version}); err != nil {
-					return err
-				}
-				n.cfg.Logger.Info("moved a log's replica", "log", l.Name, "from", l.Leaving, "to", l.Joining)
+		if !voting(role(d, l.Joining)) {
+			continue
+		}
+		if r := role(d, l.Leaving); l.Rebuilding() || r == transport.RolePending || r == "" {
+			if err := n.commitCatalog(ctx, &catalog.FinishMove{ID: l.ID, Version: l.Version}); err != nil {
+				return err
 			}
+			n.cfg.Logger.Info("moved a log's replica", "log", l.Name, "from", l.Leaving, "to", l.Joining)
 		}
 	}
 	s = n.catalog.State()
@@ -179,6 +228,29 @@ func (n *Node) removeDrained(id string) error {
 	return nil
 }
 
+// beginRebuild begins the rebuild of log l's first lost replica once its
+// old voter is out of the log's committed configuration (demoted by the
+// log's leader, reconfigure), and reports whether it did. A lost replica
+// on a leaving node is not rebuilt: catalog.Plan moves it away.
+func (n *Node) beginRebuild(ctx context.Context, l catalog.Log) (bool, error) {
+	id := l.Dropped[0]
+	if nd, ok := n.catalog.State().Node(id); l.Initial != nil || !ok || nd.State != catalog.NodeActive {
+		return false, nil
+	}
+	d, err := n.describeAnywhere(ctx, l)
+	if err != nil || d.ConfigIndex > d.CommitIndex || voting(role(d, id)) || role(d, id) == transport.RoleLeaving {
+		return false, nil
+	}
+	if err := n.commitCatalog(ctx, &catalog.BeginMove{ID: l.ID, Version: l.Version, From: id, To: id}); err != nil {
+		return false, err
+	}
+	n.cfg.Logger.Info("rebuilding a lost replica of a log", "log", l.Name, "node", id)
+	return true, nil
+}
+
+// voting reports whether a member's role is a voter's.
+func voting(role string) bool { return role == transport.RoleFollower || role == transport.RoleLeader }
+
 // role returns the role of node id in a log's description, "" when it is
 // not listed.
 func role(d *transport.DescribeLogResponse, id string) string {
@@ -227,67 +299,6 @@ func (n *Node) callDescribe(ctx context.Context, addr, name string) (*transport.
 		return nil, err
 	}
 	return &resp, nil
-}
-
-// reconfigure, on the leader of log h, moves the log's raft configuration
-// towards the catalog's hosts of it (see the top of this file). A move
-// adds the joining node before it removes the leaving one, so that a
-// commit needs the leaving node's copy or the joining one's while the
-// joining node catches up, unless the leaving node has already left the
-// cluster (it was removed, or is gone): then it is removed first, so that
-// no commit waits for a node that will never answer.
-func (n *Node) reconfigure(s *catalog.State, h *hostedLog) {
-	l, ok := s.LogByID(h.id)
-	rf := h.r.Raft()
-	if !ok || l.State != catalog.LogActive || !h.r.IsLeader() {
-		return
-	}
-	f := rf.GetConfiguration()
-	if f.Error() != nil {
-		return
-	}
-	servers := f.Configuration().Servers
-	voter := func(id string) bool {
-		return slices.ContainsFunc(servers, func(srv raft.Server) bool { return string(srv.ID) == id && srv.Suffrage == raft.Voter })
-	}
-	change := func(what, id string, fut raft.Future) bool {
-		if err := fut.Error(); err != nil {
-			n.cfg.Logger.Warn("changing a log's raft configuration", "log", l.Name, "change", what, "node", id, "error", err)
-			return false
-		}
-		n.cfg.Logger.Info("changed a log's raft configuration", "log", l.Name, "change", what, "node", id)
-		return true
-	}
-	leave := func(id string) bool {
-		if id == n.cfg.ID {
-			// The leader leaves: another member takes over and removes it.
-			change("hand leadership over", id, rf.LeadershipTransfer())
-			return false
-		}
-		return change("remove", id, rf.RemoveServer(raft.ServerID(id), 0, replica.EnqueueTimeout))
-	}
-	if l.Joining != "" && !voter(l.Joining) {
-		if voter(l.Leaving) && !n.inCluster(l.Leaving) && !leave(l.Leaving) {
-			return
-		}
-		nd, ok := s.Node(l.Joining)
-		if !ok || !change("add voter", l.Joining, rf.AddVoter(raft.ServerID(l.Joining), raft.ServerAddress(nd.RaftAddr), 0, replica.EnqueueTimeout)) {
-			return
-		}
-		if f = rf.GetConfiguration(); f.Error() != nil {
-			return
-		}
-		servers = f.Configuration().Servers
-	}
-	for _, srv := range servers {
-		id := string(srv.ID)
-		if l.HostedBy(id) && !(id == l.Leaving && voter(l.Joining)) {
-			continue
-		}
-		if !leave(id) {
-			return
-		}
-	}
 }
 
 // inCluster reports whether node id is in the default log's raft

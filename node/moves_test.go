@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/client"
 )
@@ -118,4 +120,109 @@ func TestJoinedNodeTakesReplicas(t *testing.T) {
 	for name, want := range acked {
 		sameMap(t, "log "+name+" after the rebalance", readLog(t, ctx, cl.Log(name)), want)
 	}
+}
+
+// A move adds the new replica as a nonvoter and promotes it only once it
+// has caught up: while it catches up (here: cut off from the other nodes,
+// so it takes as long as the test likes), a log of 3 replicas keeps 3
+// voters, and one old member failing does not stall it. Had the new
+// replica been added as a voter at once, the log would have 4 voters
+// (quorum 3), one of which holds nothing, and the failure of an old
+// member would stall every append until the new one caught up.
+func TestMoveCatchesUpBeforeVoting(t *testing.T) {
+	c := newTestCluster(t, 4, func(cfg *Config) { cfg.FaultInjection = true })
+	leader := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, &client.Options{RetryTimeout: time.Minute})
+	info, err := cl.CreateLog(ctx, "big", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	acked := appendLog(t, ctx, cl.Log("big"), "big", 200)
+	var logLead *Node
+	waitFor(t, "a leader of log big", func() bool { logLead = logLeader(c, info.ID); return logLead != nil })
+	// The new replica goes to the node without one; the member that moves
+	// leads neither the cluster nor the log.
+	var joining, leaving *Node
+	for id, n := range c.nodes {
+		if !slices.Contains(info.Members, id) {
+			joining = n
+		}
+	}
+	if joining == leader {
+		// Cutting it off would stall the catalog: another node leads.
+		if err := leader.raft.LeadershipTransfer().Error(); err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, "another leader of the cluster", func() bool {
+			leader = nil
+			for _, n := range c.nodes {
+				if n != joining && n.IsLeader() {
+					leader = n
+				}
+			}
+			return leader != nil
+		})
+	}
+	for id, n := range c.nodes {
+		if slices.Contains(info.Members, id) && n != leader && n != logLead {
+			leaving = n
+		}
+	}
+	heal := c.partitionFrom(joining)
+	healed := false
+	defer func() {
+		if !healed {
+			heal()
+		}
+	}()
+	removed := make(chan error, 1)
+	go func() {
+		_, err := cl.Remove(ctx, leaving.ID())
+		removed <- err
+	}()
+	waitFor(t, joining.ID()+" in log big's configuration", func() bool {
+		return slices.ContainsFunc(logServers(logLead, info.ID), func(s raft.Server) bool { return string(s.ID) == joining.ID() })
+	})
+	for _, s := range logServers(logLead, info.ID) {
+		if string(s.ID) == joining.ID() && s.Suffrage == raft.Voter {
+			t.Errorf("%s, which holds nothing of log big yet, was added as a voter", joining.ID())
+		}
+	}
+	// An old member fails while the new replica cannot catch up.
+	c.stop(leaving.ID())
+	actx, acancel := context.WithTimeout(ctx, 20*time.Second)
+	for i, r := range appendLog(t, actx, cl.Log("big"), "during", 20) {
+		acked[i] = r
+	}
+	acancel()
+	heal()
+	healed = true
+	select {
+	case err := <-removed:
+		if err != nil {
+			t.Fatalf("remove %s: %v", leaving.ID(), err)
+		}
+	case <-ctx.Done():
+		t.Fatalf("remove %s did not finish", leaving.ID())
+	}
+	waitForIn(t, time.Minute, "log big's move finished", func() bool {
+		l, _ := leader.catalog.State().LogByID(info.ID)
+		return !l.Moving() && slices.Contains(l.Members, joining.ID())
+	})
+	d, err := cl.Log("big").Describe(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var voters []string
+	for _, m := range d.Members {
+		if voting(m.Role) {
+			voters = append(voters, m.NodeID)
+		}
+	}
+	if len(voters) != 3 || !slices.Contains(voters, joining.ID()) || slices.Contains(voters, leaving.ID()) {
+		t.Fatalf("log big after the move: %+v", d.Members)
+	}
+	sameMap(t, "log big after the move", readLog(t, ctx, cl.Log("big")), acked)
 }

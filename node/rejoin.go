@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
@@ -291,3 +293,53 @@ func (n *Node) joinNew(r *transport.JoinRequest, cfg raft.Configuration) (uint64
 
 // errRemovingSelf refuses a Fresh join naming the leader itself.
 var errRemovingSelf = fmt.Errorf("node: a new member cannot take the leader's id")
+
+// recordLost, on the default log's leader, records that node id, joining
+// without its state (Fresh), lost its replica of every named log it held
+// (moves.go): a move that was adding it is cancelled, and it is recorded
+// lost in each log it is a member of (catalog.ReplicaDropped), so that
+// each log's leader demotes its old voter and rebuilds it. join calls it
+// before it changes the default log's configuration, so that a node the
+// cluster has taken back is one whose losses are recorded: a leader that
+// crashes in between leaves the node to ask again.
+func (n *Node) recordLost(ctx context.Context, id string) error {
+	if n.mux == nil || id == n.cfg.ID { // joinNew refuses the leader's own id
+		return nil
+	}
+	// A cancel can leave a loss to record: a few passes, each from the
+	// state the last one left.
+	for range 4 {
+		s := n.catalog.State()
+		if !s.Started() {
+			return nil
+		}
+		done := true
+		for _, l := range s.LogsOf(id) {
+			var cmd catalog.Command
+			switch {
+			case l.ID == catalog.DefaultID || l.State != catalog.LogActive:
+				continue
+			case l.Joining == id:
+				cmd = &catalog.CancelMove{ID: l.ID, Version: l.Version}
+			case l.Lost(id) || !slices.Contains(l.Members, id):
+				continue
+			default:
+				cmd = &catalog.ReplicaDropped{ID: l.ID, Version: l.Version, Node: id}
+			}
+			done = false
+			res, err := n.proposeCatalog(ctx, cmd)
+			if err != nil {
+				return err
+			}
+			if res.Err != nil {
+				n.cfg.Logger.Debug("recording a lost replica refused", "log", l.Name, "node", id, "error", res.Err)
+				continue
+			}
+			n.cfg.Logger.Warn("a node rejoined without its data: its replica of a log is lost and will be rebuilt", "log", l.Name, "node", id, "change", cmd.Kind())
+		}
+		if done {
+			return nil
+		}
+	}
+	return &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf("node %s: recording the log replicas it lost did not settle; retry", id)}
+}

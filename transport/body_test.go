@@ -63,6 +63,7 @@ func sampleMessages() []any {
 		}},
 		&DescribeLogRequest{},
 		&DescribeLogRequest{Name: "orders"},
+		&DescribeLogRequest{Name: "orders", Local: true},
 		&DescribeLogResponse{
 			Log:        LogInfo{Name: "orders", ID: 4, Replicas: 3, RetentionBytes: 5000, State: LogActive, Members: []string{"n2", "n3", "n4"}, LeaderID: "n2"},
 			LeaderAddr: "10.0.0.2:7000", FirstIndex: 1, LastIndex: 90, CommitIndex: 90, Bytes: 123456,
@@ -72,6 +73,7 @@ func sampleMessages() []any {
 				{NodeID: "n4", Role: RolePending},
 				{NodeID: "n1", Role: RoleLeaving, CaughtUp: true},
 			},
+			ConfigIndex: 87,
 		},
 		&DescribeLogResponse{},
 		&DeleteLogRequest{Name: "orders"},

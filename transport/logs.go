@@ -182,6 +182,11 @@ type ListLogsResponse struct {
 type DescribeLogRequest struct {
 	// Name names the log; empty for the default log.
 	Name string `msgpack:"name,omitempty"`
+	// Local asks a node that holds a replica of the log to describe its
+	// own replica, leader or not: LastIndex and CommitIndex are then that
+	// replica's (a log's leader asks so whether a member it adds has
+	// caught up). A node that holds none answers as without Local.
+	Local bool `msgpack:"local,omitempty"`
 }
 
 // Validate checks the name.
@@ -208,6 +213,10 @@ type DescribeLogResponse struct {
 	// server of the log's raft configuration, in the catalog's order then
 	// by node id.
 	Members []LogMember `msgpack:"members,omitempty"`
+	// ConfigIndex is the index of the raft configuration the members'
+	// roles come from; that configuration is committed when ConfigIndex
+	// is at most CommitIndex. 0 when unknown.
+	ConfigIndex uint64 `msgpack:"config_index,omitempty"`
 }
 
 // Roles of a log's member (LogMember.Role).
