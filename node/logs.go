@@ -90,7 +90,7 @@ func (h *logHost) all() []*hostedLog {
 }
 
 // logDir is the directory of log id's files besides its raftstore groups:
-// its snapshots.
+// its snapshots, and its name (logNameFile) for 'node repair'.
 func (n *Node) logDir(id uint64) string {
 	return filepath.Join(n.cfg.DataDir, "logs", strconv.FormatUint(id, 10))
 }
@@ -400,6 +400,9 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	dir := n.logDir(l.ID)
 	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return err
+	}
+	if err := recordLogName(dir, l.Name); err != nil {
+		return fmt.Errorf("node: log %q: %w", l.Name, err)
 	}
 	rc := n.replicaConfig(l.ID, l.Name, filepath.Join(dir, "snapshots"))
 	rc.CommitTimeout = namedCommitTimeout
