@@ -3,13 +3,18 @@ package node
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/client"
@@ -205,13 +210,7 @@ func TestRepairNamedLogSingleVoter(t *testing.T) {
 		t.Fatal(err)
 	}
 	solo := appendLog(t, ctx, cl.Log("solo"), "s", 30)
-	idx := slices.Sorted(func(yield func(uint64) bool) {
-		for i := range solo {
-			if !yield(i) {
-				return
-			}
-		}
-	})
+	idx := slices.Sorted(maps.Keys(solo))
 	host := info.Members[0]
 	dir := c.nodes[host].cfg.DataDir
 	c.stop(host)
@@ -256,4 +255,112 @@ func TestRepairNamedLogSingleVoter(t *testing.T) {
 	if lastOf(got) >= at {
 		t.Fatalf("solo holds index %d after a cut at %d", lastOf(got), at)
 	}
+}
+
+// lineCounter is a log output that counts the lines holding want.
+type lineCounter struct {
+	want string
+	mu   sync.Mutex
+	n    int // lines holding want; guarded by mu
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	c.n += strings.Count(string(p), c.want)
+	c.mu.Unlock()
+	return len(p), nil
+}
+
+func (c *lineCounter) count() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.n
+}
+
+// A named log's record that the node reads at start (raft's entries after
+// the newest snapshot) is damaged: the node runs on with its other logs,
+// logs the damage once rather than trying the replica again every second,
+// and /status shows the log Damaged, naming the record and 'node repair';
+// the log runs on its other replicas, and once repaired the node holds it
+// again.
+func TestNamedLogDamagedAtStart(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	info, err := cl.CreateLog(ctx, "orders", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	orders := appendLog(t, ctx, cl.Log("orders"), "a", 50)
+	idx := slices.Sorted(maps.Keys(orders))
+	var f *Node
+	waitFor(t, "a node following both logs", func() bool {
+		for _, n := range c.nodes {
+			h := n.host.hosted(info.ID)
+			if h != nil && h.r.Raft().State() == raft.Follower && n.raft.State() == raft.Follower && h.r.FSM().Applied.Load() >= idx[49] {
+				f = n
+				return true
+			}
+		}
+		return false
+	})
+	id, dir := f.ID(), f.cfg.DataDir
+	c.stop(id)
+	path, off := recordOf(t, dir, replica.GroupsOf(info.ID).Live, idx[25])
+	testdamage.FlipLastPayloadByte(t, path, off)
+	where := fmt.Sprintf("%s at offset %d", path, off)
+
+	logged := &lineCounter{want: where}
+	back := c.start(id, func(cfg *Config) {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Error, Output: io.MultiWriter(testWriter{t}, logged)})
+	})
+	status := func() (logStatus, bool) {
+		for _, st := range back.logStatuses() {
+			if st.ID == info.ID {
+				return st, true
+			}
+		}
+		return logStatus{}, false
+	}
+	waitFor(t, id+" reports orders damaged", func() bool { st, _ := status(); return st.Role == roleDamaged })
+	if st, _ := status(); st.Name != "orders" || !strings.Contains(st.Error, where) || !strings.Contains(st.Error, "node repair") {
+		t.Fatalf("/status of orders on %s: %+v; want Damaged naming %s and node repair", id, st, where)
+	}
+	// The node and its default log run on; a catalog change makes the
+	// reconciler run again, and a later log starts here.
+	def := appendLog(t, ctx, cl.Log(transport.DefaultLog), "d", 5)
+	waitCaughtUp(t, back, lastOf(def))
+	other, err := cl.CreateLog(ctx, "other", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, id+" starts the later log", func() bool { return back.host.hosted(other.ID) != nil })
+	if n := logged.count(); n != 1 {
+		t.Fatalf("%s logged the damaged record %d times, want once", id, n)
+	}
+	if back.host.hosted(info.ID) != nil {
+		t.Fatalf("%s runs orders' replica over damaged data", id)
+	}
+	// The log runs on its other replicas.
+	for i, r := range appendLog(t, ctx, cl.Log("orders"), "b", 10) {
+		orders[i] = r
+	}
+
+	c.stop(id)
+	r := prepareRepair(t, dir)
+	if l := logRepairOf(t, r, info.ID); r.Damage == nil || r.Damage.Offset != off || !l.Changes() {
+		t.Fatalf("repair: damage %+v, orders changes %v", r.Damage, l.Changes())
+	}
+	if err := r.Apply(false); err != nil {
+		t.Fatal(err)
+	}
+	r.Close()
+	back = c.start(id, nil)
+	waitFor(t, id+" catches up on orders", func() bool {
+		h := back.host.hosted(info.ID)
+		return h != nil && h.r.FSM().Applied.Load() >= lastOf(orders)
+	})
+	holdsAll(t, "orders on "+id+" after the repair", readLogOn(t, back, "orders"), orders)
 }
