@@ -176,7 +176,9 @@ func TestRepairCommand(t *testing.T) {
 	}
 }
 
-// On a single-node cluster repair refuses without --accept-loss.
+// On a single-node cluster repair refuses without --accept-loss, naming
+// the logs whose only copy it would cut: the default log, and a named log
+// with one replica.
 func TestRepairCommandSingleNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -187,6 +189,10 @@ func TestRepairCommandSingleNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if out, errOut, code := runCmd(ctx, "log", "create", "solo", "--replicas", "1", "--addrs", n.ClientAddr()); code != 0 {
+		n.Close()
+		t.Fatalf("log create: %s%s", out, errOut)
+	}
 	var last uint64
 	for i := range 3 {
 		out, errOut, code := runCmd(ctx, "append", "--addrs", n.ClientAddr(), "--timeout", "30s", fmt.Sprint("r", i))
@@ -196,6 +202,12 @@ func TestRepairCommandSingleNode(t *testing.T) {
 		}
 		last, _ = strconv.ParseUint(strings.TrimSpace(out), 10, 64)
 	}
+	// The named log's records come after the damaged one: the cut takes
+	// them too.
+	if _, errOut, code := runCmd(ctx, "append", "--log", "solo", "--addrs", n.ClientAddr(), "--timeout", "30s", "s0", "s1"); code != 0 {
+		n.Close()
+		t.Fatalf("append to solo: %s", errOut)
+	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -204,6 +216,9 @@ func TestRepairCommandSingleNode(t *testing.T) {
 	out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", dir, "--yes")
 	if code != 1 || !strings.Contains(errOut, "--accept-loss") || !strings.Contains(out, "single-node cluster") || testdamage.TreeDigest(t, dir) != before {
 		t.Fatalf("repair of a single node without --accept-loss: exit %d\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "the default log") || !strings.Contains(errOut, `log "solo"`) || !strings.Contains(out, `WARNING: log "solo"`) {
+		t.Fatalf("the refusal does not name both logs:\n%s%s", out, errOut)
 	}
 	if out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", dir, "--yes", "--accept-loss"); code != 0 {
 		t.Fatalf("repair with --accept-loss: exit %d\n%s%s", code, out, errOut)
