@@ -60,6 +60,19 @@ func damaged(dir string, err error) error {
 		ErrDamaged, err, dir)
 }
 
+// damagedReplica is damaged for a named log's replica, which cannot start
+// while the node and its other logs run on: err is wrapped in ErrDamaged
+// when it reports a damaged record; other errors are returned as they are.
+func damagedReplica(dir string, err error) error {
+	if err == nil || !errors.Is(err, commitlog.ErrCorrupt) {
+		return err
+	}
+	return fmt.Errorf("%w: %w; the log's replica cannot start on this node, and the log runs on its other replicas. "+
+		"Stop the node and run 'node repair --data-dir %s', which cuts its log back before the damage, after which it catches up from the leaders; "+
+		"read the README's Repair section first: that is safe only while the other nodes hold the records",
+		ErrDamaged, err, dir)
+}
+
 // checkRaftLog reads what raft.NewRaft reads of its log when it starts
 // (replica.Replica.CheckLog), so that a damaged or missing entry stops the
 // start with an error naming it rather than a panic in raft.

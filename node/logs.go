@@ -19,6 +19,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -69,6 +70,43 @@ type logHost struct {
 	// drained are the nodes this node, leading, removed once drained
 	// (moves.go), with the index of their removal; guarded by mu.
 	drained map[string]uint64
+	// damaged are the logs whose replica could not start here because
+	// their data on this node is damaged (startLog), by id; guarded by mu.
+	// The reconciler does not try them again: a repair of the stopped
+	// node does ('node repair'), and a restart clears this.
+	damaged map[uint64]damagedLog
+}
+
+// damagedLog is a log whose replica cannot start on the node.
+type damagedLog struct {
+	name string
+	err  error // why: what CheckLog found
+}
+
+// markDamaged records that log id's replica cannot start, because of err.
+func (h *logHost) markDamaged(id uint64, name string, err error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.damaged == nil {
+		h.damaged = map[uint64]damagedLog{}
+	}
+	h.damaged[id] = damagedLog{name: name, err: err}
+}
+
+// isDamaged reports whether log id's replica could not start because its
+// data here is damaged.
+func (h *logHost) isDamaged(id uint64) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	_, ok := h.damaged[id]
+	return ok
+}
+
+// allDamaged returns the logs whose replica cannot start, by id.
+func (h *logHost) allDamaged() map[uint64]damagedLog {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return maps.Clone(h.damaged)
 }
 
 // hosted returns the running replica of log id, nil if none.
@@ -90,7 +128,7 @@ func (h *logHost) all() []*hostedLog {
 }
 
 // logDir is the directory of log id's files besides its raftstore groups:
-// its snapshots.
+// its snapshots, and its name (logNameFile) for 'node repair'.
 func (n *Node) logDir(id uint64) string {
 	return filepath.Join(n.cfg.DataDir, "logs", strconv.FormatUint(id, 10))
 }
@@ -193,7 +231,7 @@ func (n *Node) reconcile(s *catalog.State) {
 	}
 	held := n.db.Groups()
 	for _, l := range s.LogsOf(n.cfg.ID) {
-		if l.ID == catalog.DefaultID || l.State != catalog.LogActive || n.host.hosted(l.ID) != nil {
+		if l.ID == catalog.DefaultID || l.State != catalog.LogActive || n.host.hosted(l.ID) != nil || n.host.isDamaged(l.ID) {
 			continue // the default log's replica is n.log, never a second one
 		}
 		if l.Lost(n.cfg.ID) && l.Joining != n.cfg.ID {
@@ -204,7 +242,11 @@ func (n *Node) reconcile(s *catalog.State) {
 			n.warnLost(l)
 			continue
 		}
-		if err := n.startLog(s, l); err != nil && n.ctx.Err() == nil {
+		switch err := n.startLog(s, l); {
+		case err == nil || n.ctx.Err() != nil:
+		case n.host.isDamaged(l.ID):
+			n.cfg.Logger.Error("a log's data on this node is damaged: its replica does not start here (/status shows it Damaged)", "log", l.Name, "id", l.ID, "error", err)
+		default:
 			n.cfg.Logger.Error("starting a log's replica", "log", l.Name, "id", l.ID, "error", err)
 		}
 	}
@@ -408,6 +450,9 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
+	if err := recordLogName(dir, l.Name); err != nil {
+		return fmt.Errorf("node: log %q: %w", l.Name, err)
+	}
 	rc := n.replicaConfig(l.ID, l.Name, filepath.Join(dir, "snapshots"))
 	rc.CommitTimeout = namedCommitTimeout
 	rc.RetentionBytes, rc.RetentionAge = l.Settings.RetentionBytes, l.Settings.RetentionAge
@@ -417,7 +462,11 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 		return err
 	}
 	if err := r.CheckLog(); err != nil {
-		return damaged(c.DataDir, fmt.Errorf("node: log %q: %w", l.Name, err))
+		// Trying again cannot help: the log runs on its other replicas
+		// until the node is stopped and repaired.
+		err = damagedReplica(c.DataDir, fmt.Errorf("node: log %q: %w", l.Name, err))
+		n.host.markDamaged(l.ID, l.Name, err)
+		return err
 	}
 	existing, err := r.HasState()
 	if err != nil {
@@ -472,6 +521,9 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 // dropLog shuts down the replica h of log id, if it runs, and removes the
 // log's data from the node: its raftstore groups and its snapshots.
 func (n *Node) dropLog(id uint64, h *hostedLog) {
+	n.host.mu.Lock()
+	delete(n.host.damaged, id)
+	n.host.mu.Unlock()
 	if h != nil {
 		n.host.mu.Lock()
 		delete(n.host.logs, id)

@@ -27,7 +27,14 @@ type logStatus struct {
 	CommitIndex  uint64 `json:"commit_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	Bytes        uint64 `json:"bytes"`
+	// Error, with the role "Damaged", says why the log's replica cannot
+	// start here (its data on this node is damaged: see 'node repair').
+	Error string `json:"error,omitempty"`
 }
+
+// roleDamaged is the role /status shows for a log whose replica cannot
+// start on the node because its data here is damaged.
+const roleDamaged = "Damaged"
 
 // namedReplica is a replica with its log's name and id.
 type namedReplica struct {
@@ -47,7 +54,8 @@ func (n *Node) replicas() []namedReplica {
 	return out
 }
 
-// logStatuses describes every log's replica on this node.
+// logStatuses describes every log's replica on this node, and every log
+// whose replica cannot start here (role Damaged), by name.
 func (n *Node) logStatuses() []logStatus {
 	var out []logStatus
 	for _, nr := range n.replicas() {
@@ -60,6 +68,10 @@ func (n *Node) logStatuses() []logStatus {
 		}
 		out = append(out, st)
 	}
+	for id, d := range n.host.allDamaged() {
+		out = append(out, logStatus{Name: d.name, ID: id, Role: roleDamaged, Error: d.err.Error()})
+	}
+	slices.SortStableFunc(out, func(a, b logStatus) int { return strings.Compare(a.Name, b.Name) })
 	return out
 }
 

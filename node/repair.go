@@ -6,14 +6,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
-
-	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
 	"github.com/raftlog/raftlog/replica"
+	"github.com/raftlog/raftlog/transport"
 )
 
 // Repairing the data dir of a stopped node whose log holds a damaged
@@ -32,6 +33,12 @@ import (
 // starts without a snapshot if raft's log still begins at index 1, and
 // otherwise empties the whole log, so that the leader sends the node
 // everything.
+//
+// The commit log is the node's, shared by the default log and every named
+// log, so the cut reaches them all, and the repair plans each the same
+// way (repairlog.go): each log's snapshots must fit what the cut leaves
+// of its own groups. A named log is emptied group by group; the default
+// log by cutting the whole commit log, which empties every named log too.
 //
 // It never touches the stable state: the current term and the vote stay,
 // so the node cannot vote twice in a term. With its log cut the node
@@ -68,6 +75,9 @@ func (r IndexRange) has(i uint64) bool { return r.Last != 0 && i >= r.First && i
 // until Close, so no node starts on the dir meanwhile. Its exported
 // fields describe what was found and what Apply does; they are set by
 // PrepareRepair and not changed after. It is not safe for concurrent use.
+//
+// The embedded LogRepair is the default log's part; Logs are the named
+// logs'. The cut is the node's, one for every log.
 type Repair struct {
 	// DataDir is the data dir.
 	DataDir string
@@ -82,55 +92,35 @@ type Repair struct {
 	Harmless bool
 	// Cut is the commit-log position Apply cuts at, -1 when it cuts
 	// nothing; CutFile and CutOffset name the segment file and offset.
+	// When the default log is emptied (EmptyLog) the whole commit log is
+	// cut, and with it every named log's entries.
 	Cut       int64
 	CutFile   string
 	CutOffset int64
-	// EmptyLog is set when Apply removes every entry, because no snapshot
-	// fits what a cut before the damage leaves: the leader then sends the
-	// node every retained record.
-	EmptyLog bool
-	// Log is raft's log (the entries after the archive) before the
-	// repair, and KeptLog after it.
-	Log, KeptLog IndexRange
-	// CutEntries counts the intact entries of raft's log that Apply
-	// removes.
-	CutEntries int
-	// Archive is what the current archive holds before the repair (the
-	// retained entries a received snapshot brought, below raft's log),
-	// and KeptArchive what the archive of the snapshot the node keeps
-	// holds after it.
-	Archive, KeptArchive IndexRange
-	// Snapshot is the newest snapshot's index and Floor its first
-	// retained index; 0 when there is no snapshot.
-	Snapshot, Floor uint64
-	// KeptSnapshot is the index of the snapshot the node starts from
-	// after the repair, 0 for none; RemovedSnapshots are the indexes of
-	// the snapshots Apply removes, newest first.
-	KeptSnapshot     uint64
-	RemovedSnapshots []uint64
-	// Term, VoteTerm and VotedFor are the raft state in the stable store,
-	// which the repair keeps.
+	// LogRepair is the default log's repair: its ranges, snapshots and
+	// voters. Its EmptyLog, unlike a named log's, cuts the whole commit
+	// log.
+	LogRepair
+	// Logs are the named logs the data dir holds, by increasing id.
+	Logs []*LogRepair
+	// Term, VoteTerm and VotedFor are the default log's raft state in the
+	// stable store, which the repair keeps (as it keeps every log's).
 	Term, VoteTerm uint64
 	VotedFor       string
-	// Voters are the voters of the newest configuration the node knows,
-	// ConfigIndex that configuration's index (0: none known).
-	Voters      []string
-	ConfigIndex uint64
 	// Interrupted is set when an earlier repair of the dir did not finish;
 	// Apply finishes it.
 	Interrupted bool
 
-	lock         io.Closer           // the data dir's lock; nil after Close
-	snapDir      string              // the snapshot directory
-	remove       []*replica.SnapFile // the snapshot files Apply removes
-	emptyArchive bool                // Apply empties archive group A (no snapshot kept)
-	storeDir     string              // the raftstore DB
-	applied      bool                // Apply ran
+	lock     io.Closer // the data dir's lock; nil after Close
+	storeDir string    // the raftstore DB
+	applied  bool      // Apply ran
 }
 
-// ErrSingleVoter is the error of Apply on the only voter of its cluster
-// unless allowed: no other node holds what the repair removes.
-var ErrSingleVoter = errors.New("node: the node is its cluster's only voter")
+// ErrSingleVoter is the error of Apply on the only voter of a log it
+// changes, the default log (a single-node cluster) or a named log with
+// one replica, unless allowed: no other node holds what the repair
+// removes. The error names the logs.
+var ErrSingleVoter = errors.New("node: the node is the only voter of a log the repair changes")
 
 // PrepareRepair inspects the data dir of a stopped node, without changing
 // it, and works out its repair. It takes the data dir's lock and keeps it
@@ -144,7 +134,7 @@ func PrepareRepair(dataDir string) (*Repair, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &Repair{DataDir: dataDir, lock: lock, Cut: -1, storeDir: storeDir, snapDir: filepath.Join(dataDir, "snapshots")}
+	r := &Repair{DataDir: dataDir, lock: lock, Cut: -1, storeDir: storeDir}
 	if err := r.prepare(); err != nil {
 		lock.Close()
 		return nil, err
@@ -157,91 +147,47 @@ func (r *Repair) prepare() error {
 	if _, r.Interrupted, err = (&markers{dir: r.DataDir}).read(repairingFile); err != nil {
 		return err
 	}
-	var conf *raft.Configuration
-	in, err := raftstore.Inspect(r.storeDir, nil, func(g uint64, _ int64, l *raft.Log) {
-		if g == logGroups.Live && l.Type == raft.LogConfiguration && l.Index >= r.ConfigIndex {
-			if c, ok := decodeConfiguration(l.Data); ok {
-				conf, r.ConfigIndex = &c, l.Index
-			}
-		}
-	})
+	confs := map[uint64]*logConfig{}
+	in, err := raftstore.Inspect(r.storeDir, nil, noteConfigs(confs))
 	if err != nil {
 		return err
 	}
-	snaps, err := r.snapshots()
+	def, err := newLogRepair(in, 0, transport.DefaultLog, filepath.Join(r.DataDir, "snapshots"), confs[0])
 	if err != nil {
 		return err
 	}
-	for _, f := range snaps {
-		if f.Meta.ConfigurationIndex > r.ConfigIndex || conf == nil {
-			conf, r.ConfigIndex = &f.Meta.Configuration, f.Meta.ConfigurationIndex
-		}
-	}
-	if conf != nil {
-		for _, s := range conf.Servers {
-			if s.Suffrage == raft.Voter {
-				r.Voters = append(r.Voters, string(s.ID))
-			}
-		}
-	}
+	r.LogRepair = *def
 	r.Term = in.StableUint64(logGroups.Live, []byte("CurrentTerm"))
 	r.VoteTerm = in.StableUint64(logGroups.Live, []byte("LastVoteTerm"))
 	r.VotedFor = string(in.Stable(logGroups.Live, []byte("LastVoteCand")))
 	if in.Log != nil {
 		r.Damaged = in.Log.Damaged
 	}
-	r.Damage, r.Harmless = in.Damage, in.Harmless
+	r.Damage, r.Harmless, r.Cut = in.Damage, in.Harmless, in.Cut
 
-	live := in.Group(logGroups.Live)
-	r.Log = IndexRange{live.First, live.Last}
-	current := logGroups.ArchiveA
-	if len(snaps) > 0 {
-		current = snaps[0].Archive
-		r.Snapshot, r.Floor = snaps[0].Meta.Index, snaps[0].Floor
-	}
-	a := in.Group(current)
-	r.Archive = IndexRange{a.First, a.Last}
-	kept := func(g uint64) IndexRange {
-		gi := in.Group(g)
-		return IndexRange{gi.KeptFirst, gi.KeptLast}
-	}
-	r.KeptLog, r.CutEntries, r.Cut = kept(logGroups.Live), live.CutEntries, in.Cut
-	if r.Cut < 0 && !r.Interrupted {
-		// Nothing to cut: the snapshots stay as the node left them.
-		r.KeptArchive, r.KeptSnapshot = r.Archive, r.Snapshot
-		return nil
-	}
-
-	// The newest snapshot that fits the log the cut leaves; else none,
-	// if raft's log begins at 1; else an empty log.
-	keep := -1
-	for i, f := range snaps {
-		if snapshotFits(f, r.KeptLog, kept(f.Archive)) {
-			keep = i
-			break
-		}
-	}
-	switch {
-	case keep >= 0:
-		r.remove = snaps[:keep]
-		r.KeptSnapshot, r.KeptArchive = snaps[keep].Meta.Index, kept(snaps[keep].Archive)
-	case r.KeptLog.Last == 0 || r.KeptLog.First == 1:
-		// Without a snapshot the node uses archive group A (and empties
-		// B when it starts); raft replays its log from index 1.
-		r.remove = snaps
-		r.emptyArchive = kept(logGroups.ArchiveA).Last != 0
-	default:
-		r.remove, r.EmptyLog = snaps, true
-		r.KeptLog, r.CutEntries = IndexRange{}, 0
-		if r.Log.Last != 0 {
-			r.CutEntries = int(r.Log.Last - r.Log.First + 1)
-		}
+	cutting := r.Cut >= 0 || r.Interrupted
+	v := cutView{in: in}
+	if r.LogRepair.plan(v, cutting) {
+		// The default log is emptied by cutting the whole commit log:
+		// every named log then keeps nothing either.
 		if in.Log != nil && in.Log.End > in.Log.First {
-			r.Cut = in.Log.First
+			r.Cut, v.all = in.Log.First, true
 		}
 	}
-	for _, f := range r.remove {
-		r.RemovedSnapshots = append(r.RemovedSnapshots, f.Meta.Index)
+	ids, err := namedLogs(r.DataDir, in)
+	if err != nil {
+		return err
+	}
+	for _, id := range ids {
+		dir := filepath.Join(r.DataDir, "logs", strconv.FormatUint(id, 10))
+		l, err := newLogRepair(in, id, readLogName(dir), filepath.Join(dir, "snapshots"), confs[id])
+		if err != nil {
+			return err
+		}
+		// A named log is emptied group by group: the cut stays where it
+		// is for the others.
+		l.emptyGroups = l.plan(v, cutting)
+		r.Logs = append(r.Logs, l)
 	}
 	if r.Cut >= 0 {
 		r.CutFile, r.CutOffset = in.Log.Locate(r.Cut)
@@ -249,80 +195,63 @@ func (r *Repair) prepare() error {
 	return nil
 }
 
-// snapshots reads the snapshot files, newest first; one that does not
-// read is an error, as it is for the node (package replica).
-func (r *Repair) snapshots() ([]*replica.SnapFile, error) {
-	if _, err := os.Stat(r.snapDir); errors.Is(err, os.ErrNotExist) {
-		return nil, nil
-	}
-	files, err := replica.ReadSnapFiles(vfs.Default, r.snapDir, logGroups)
-	if err != nil {
-		return nil, fmt.Errorf("%w: the repair handles a damaged log, not damaged snapshot files; wipe the data dir and start the node with --join", err)
-	}
-	return files, nil
-}
-
-// snapshotFits reports whether a node can start from snapshot f with raft's
-// log live and f's archive group arch: once the snapshot store's recovery
-// has deleted what f makes obsolete (snapStore.finish), every retained
-// index from f's floor to its index is held, and raft's log is empty or
-// goes on from f's index.
-func snapshotFits(f *replica.SnapFile, live, arch IndexRange) bool {
-	s, floor := f.Meta.Index, f.Floor
-	if f.Received {
-		live = live.from(s + 1)
-	}
-	if floor > 1 {
-		below := min(floor-1, s)
-		arch, live = arch.from(below+1), live.from(below+1)
-	}
-	for i := floor; i <= s; {
-		switch {
-		case arch.has(i):
-			i = arch.Last + 1
-		case live.has(i):
-			i = live.Last + 1
-		default:
-			return false
-		}
-	}
-	return live.Last == 0 || (live.First <= s+1 && live.Last >= s)
-}
-
-// decodeConfiguration decodes a configuration entry; raft's decoder panics
-// on bytes it cannot read.
-func decodeConfiguration(b []byte) (c raft.Configuration, ok bool) {
-	defer func() {
-		if recover() != nil {
-			ok = false
-		}
-	}()
-	return raft.DecodeConfiguration(b), true
-}
-
 // Needed reports whether Apply would change anything.
 func (r *Repair) Needed() bool {
-	return r.Cut >= 0 || len(r.remove) > 0 || r.emptyArchive || r.Interrupted
+	if r.Cut >= 0 || r.Interrupted || len(r.remove) > 0 || r.emptyArchive {
+		return true
+	}
+	return slices.ContainsFunc(r.Logs, func(l *LogRepair) bool { return l.Changes() })
 }
 
-// SingleVoter reports whether the newest configuration the node knows has
-// one voter: a single-node cluster, where no other node holds what a
-// repair removes.
-func (r *Repair) SingleVoter() bool { return len(r.Voters) == 1 }
+// SingleVoter reports whether the newest configuration of the default log
+// the node knows has one voter: a single-node cluster, where no other node
+// holds what a repair removes.
+func (r *Repair) SingleVoter() bool { return r.LogRepair.SingleVoter() }
 
-// LosesOnlyCopy reports whether Apply removes what no other node holds:
-// the node is its cluster's only voter and the repair removes records or
-// snapshots. Apply then needs allowLoss.
-func (r *Repair) LosesOnlyCopy() bool {
-	return r.SingleVoter() && (r.Cut >= 0 || len(r.remove) > 0 || r.emptyArchive)
+// OnlyCopies returns the logs whose only voter is the node (the newest
+// configuration of each the node knows has one voter) and of which Apply
+// removes something: no other node holds it. The default log counts when
+// anything is cut, since the cut is the node's.
+func (r *Repair) OnlyCopies() []*LogRepair {
+	var out []*LogRepair
+	if r.SingleVoter() && (r.Cut >= 0 || len(r.remove) > 0 || r.emptyArchive) {
+		out = append(out, &r.LogRepair)
+	}
+	for _, l := range r.Logs {
+		if l.SingleVoter() && l.Changes() {
+			out = append(out, l)
+		}
+	}
+	return out
 }
 
-// Apply carries out the repair, durably: it removes the snapshot files
-// that do not fit the cut log, cuts the log, and empties archive group A
-// when the node is to start without a snapshot. A crash in between leaves
-// a data dir that PrepareRepair finds still in need of repair, and the
-// same repair finishes it. On the only voter of a cluster it refuses with
-// ErrSingleVoter unless allowLoss is set. Apply runs once.
+// LosesOnlyCopy reports whether Apply removes what no other node holds
+// (OnlyCopies). Apply then needs allowLoss.
+func (r *Repair) LosesOnlyCopy() bool { return len(r.OnlyCopies()) > 0 }
+
+// logNames lists the logs ls, for messages.
+func logNames(ls []*LogRepair) string {
+	s := make([]string, len(ls))
+	for i, l := range ls {
+		s[i] = l.String()
+		if l.ID == 0 {
+			s[i] = "the default log"
+		}
+		if len(l.Voters) == 1 {
+			s[i] += " (only voter " + l.Voters[0] + ")"
+		}
+	}
+	return strings.Join(s, ", ")
+}
+
+// Apply carries out the repair, durably: it removes every log's snapshot
+// files that do not fit the cut log, cuts the log, and empties the archive
+// group A of each log that is to start without a snapshot and every group
+// of each named log to be emptied. A crash in between leaves a data dir
+// that PrepareRepair finds still in need of repair, and the same repair
+// finishes it. When the node is the only voter of a log it changes it
+// refuses with ErrSingleVoter, naming the logs, unless allowLoss is set.
+// Apply runs once.
 func (r *Repair) Apply(allowLoss bool) error {
 	if r.lock == nil || r.applied {
 		return errors.New("node: the repair was closed or already applied")
@@ -330,8 +259,8 @@ func (r *Repair) Apply(allowLoss bool) error {
 	if !r.Needed() {
 		return nil
 	}
-	if r.LosesOnlyCopy() && !allowLoss {
-		return fmt.Errorf("%w (%s): nothing else holds what the repair would remove", ErrSingleVoter, r.Voters[0])
+	if only := r.OnlyCopies(); len(only) > 0 && !allowLoss {
+		return fmt.Errorf("%w: %s: nothing else holds what the repair would remove", ErrSingleVoter, logNames(only))
 	}
 	r.applied = true
 	// The marker makes the node refuse to start until a repair finishes
@@ -340,15 +269,10 @@ func (r *Repair) Apply(allowLoss bool) error {
 	if err := marks.write(repairingFile, []byte("a repair of this data dir has not finished: run 'node repair' again\n")); err != nil {
 		return fmt.Errorf("node: repair: %w", err)
 	}
-	if len(r.remove) > 0 {
-		for _, f := range r.remove {
-			path := filepath.Join(r.snapDir, f.Meta.ID+replica.SnapSuffix)
-			if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-				return fmt.Errorf("node: repair: remove snapshot %s: %w", path, err)
-			}
-		}
-		if err := vfs.Default.SyncDir(r.snapDir); err != nil {
-			return fmt.Errorf("node: repair: sync %s: %w", r.snapDir, err)
+	logs := append([]*LogRepair{&r.LogRepair}, r.Logs...)
+	for _, l := range logs {
+		if err := l.removeSnapshots(); err != nil {
+			return err
 		}
 	}
 	if r.Cut >= 0 {
@@ -356,23 +280,67 @@ func (r *Repair) Apply(allowLoss bool) error {
 			return fmt.Errorf("node: repair: %w", err)
 		}
 	}
-	if r.emptyArchive {
-		db, err := raftstore.OpenDB(r.storeDir, nil)
-		if err != nil {
-			return fmt.Errorf("node: repair: %w", err)
+	var empty []uint64 // the groups to empty
+	for _, l := range logs {
+		switch {
+		case l.emptyGroups:
+			empty = append(empty, l.groups.Live, l.groups.ArchiveA, l.groups.ArchiveB)
+		case l.emptyArchive:
+			empty = append(empty, l.groups.ArchiveA)
 		}
-		s, err := db.Store(logGroups.ArchiveA)
+	}
+	if err := emptyGroups(r.storeDir, empty); err != nil {
+		return err
+	}
+	if err := marks.remove(repairingFile); err != nil {
+		return fmt.Errorf("node: repair: %w", err)
+	}
+	return nil
+}
+
+// removeSnapshots removes, durably, the snapshot files of l that Apply
+// removes.
+func (l *LogRepair) removeSnapshots() error {
+	if len(l.remove) == 0 {
+		return nil
+	}
+	for _, f := range l.remove {
+		path := filepath.Join(l.snapDir, f.Meta.ID+replica.SnapSuffix)
+		if err := vfs.Default.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("node: repair: remove snapshot %s: %w", path, err)
+		}
+	}
+	if err := vfs.Default.SyncDir(l.snapDir); err != nil {
+		return fmt.Errorf("node: repair: sync %s: %w", l.snapDir, err)
+	}
+	return nil
+}
+
+// emptyGroups removes every entry of the groups gs of the DB in storeDir,
+// durably; a group the DB does not hold is left alone.
+func emptyGroups(storeDir string, gs []uint64) error {
+	if len(gs) == 0 {
+		return nil
+	}
+	db, err := raftstore.OpenDB(storeDir, nil)
+	if err != nil {
+		return fmt.Errorf("node: repair: %w", err)
+	}
+	held := db.Groups()
+	for _, g := range gs {
+		if !slices.Contains(held, g) {
+			continue
+		}
+		s, err := db.Store(g)
 		if err == nil {
 			err = replica.EmptyStore(s)
 		}
-		if cerr := db.Close(); err == nil {
-			err = cerr
-		}
 		if err != nil {
-			return fmt.Errorf("node: repair: empty the archive: %w", err)
+			db.Close()
+			return fmt.Errorf("node: repair: empty group %d: %w", g, err)
 		}
 	}
-	if err := marks.remove(repairingFile); err != nil {
+	if err := db.Close(); err != nil {
 		return fmt.Errorf("node: repair: %w", err)
 	}
 	return nil
@@ -403,8 +371,9 @@ func (r *Repair) Close() error {
 	return err
 }
 
-// WriteReport writes what PrepareRepair found and what Apply does, with
-// the conditions under which that is safe, for an operator to read.
+// WriteReport writes what PrepareRepair found and what Apply does, for
+// the default log and each named log it changes, with the conditions
+// under which that is safe, for an operator to read.
 func (r *Repair) WriteReport(w io.Writer) {
 	p := func(format string, args ...any) { fmt.Fprintf(w, format+"\n", args...) }
 	p("data dir: %s", r.DataDir)
@@ -416,11 +385,10 @@ func (r *Repair) WriteReport(w io.Writer) {
 	if len(r.Voters) > 0 {
 		p("voters in the newest configuration it knows (index %d): %s", r.ConfigIndex, strings.Join(r.Voters, ", "))
 	}
-	snap := "no snapshot"
-	if r.Snapshot != 0 {
-		snap = fmt.Sprintf("newest snapshot at index %d (committed up to there; first retained index %d)", r.Snapshot, r.Floor)
+	p("raft log: entries %s; archive: entries %s; %s", r.Log, r.Archive, r.snapshotText())
+	for _, l := range r.Logs {
+		p("%s: raft log: entries %s; archive: entries %s; %s; voters: %s", l, l.Log, l.Archive, l.snapshotText(), l.votersText())
 	}
-	p("raft log: entries %s; archive: entries %s; %s", r.Log, r.Archive, snap)
 	if r.Interrupted {
 		p("an earlier repair of this data dir did not finish; this one finishes it")
 	}
@@ -444,36 +412,69 @@ func (r *Repair) WriteReport(w io.Writer) {
 	p("the repair:")
 	if r.EmptyLog {
 		p("  - removes every entry of the log (commit log cut at %s offset %d): no snapshot fits what a cut before the damage leaves, so the leader must send the node everything", r.CutFile, r.CutOffset)
+		if len(r.Logs) > 0 {
+			p("    the cut removes every entry of the named logs too: their leaders send them again")
+		}
 	} else if r.Cut >= 0 {
 		p("  - cuts the commit log at %s offset %d (position %d), as if the node had stopped before writing the damaged record", r.CutFile, r.CutOffset, r.Cut)
-		p("    raft log: entries %s become %s (%d intact entries removed); archive: %s", r.Log, r.KeptLog, r.CutEntries, r.KeptArchive)
+		p("    %s", r.cutLine())
 	}
-	if len(r.RemovedSnapshots) > 0 {
-		p("  - removes the snapshots at indexes %s, which the remaining log does not support", joinUints(r.RemovedSnapshots))
+	for _, line := range r.planLines("the node") {
+		p("  - %s", line)
 	}
-	switch {
-	case r.KeptSnapshot != 0:
-		p("  - the node starts from its snapshot at index %d and raft's log up to %d", r.KeptSnapshot, r.KeptLog.Last)
-	case r.EmptyLog || r.KeptLog.Last == 0:
-		p("  - the node starts with no snapshot and an empty log")
-	default:
-		p("  - the node starts with no snapshot and replays raft's log from index 1 (up to %d)", r.KeptLog.Last)
-	}
-	if r.emptyArchive {
-		p("  - empties the archive of the removed snapshots")
+	for _, l := range r.Logs {
+		if !l.Changes() {
+			continue
+		}
+		p("  - %s:", l)
+		if l.EmptyLog {
+			p("    - removes every entry of the log (empties its groups): no snapshot fits what the cut leaves, so its leader must send the node everything")
+		} else {
+			p("    - %s", l.cutLine())
+		}
+		for _, line := range l.planLines("the log") {
+			p("    - %s", line)
+		}
 	}
 	p("  - keeps the current term and vote")
 	p("Then the node catches up from the leader when it starts.")
 	p("")
 	p("Safe only while a quorum of the OTHER nodes holds every record this node loses: stop this node, check that")
 	p("the others elect a leader and commit an append without it, and repair one node at a time, never a majority.")
-	if r.KeptLog.Last < r.Snapshot || (r.EmptyLog && r.Snapshot != 0) {
+	if r.cutsBelowSnapshot() {
 		p("WARNING: the cut reaches below the newest snapshot (index %d): committed records are removed here.", r.Snapshot)
+	}
+	for _, l := range r.Logs {
+		if l.Changes() && l.cutsBelowSnapshot() {
+			p("WARNING: the cut reaches below the newest snapshot of %s (index %d): committed records are removed here.", l, l.Snapshot)
+		}
 	}
 	if r.SingleVoter() {
 		p("WARNING: this is a single-node cluster (the only voter is %s): nothing else holds what the repair removes.", r.Voters[0])
 		p("The records after the cut are lost for good, and new appends take their indexes.")
 	}
+	for _, l := range r.Logs {
+		if l.Changes() && l.SingleVoter() {
+			p("WARNING: %s has one replica (its only voter is %s): nothing else holds what the repair removes of it;", l, l.Voters[0])
+			p("its records after the cut are lost for good, and new appends take their indexes.")
+		}
+	}
+}
+
+// snapshotText describes the log's newest snapshot, for the report.
+func (l *LogRepair) snapshotText() string {
+	if l.Snapshot == 0 {
+		return "no snapshot"
+	}
+	return fmt.Sprintf("newest snapshot at index %d (committed up to there; first retained index %d)", l.Snapshot, l.Floor)
+}
+
+// votersText lists the log's voters, for the report.
+func (l *LogRepair) votersText() string {
+	if len(l.Voters) == 0 {
+		return "none known"
+	}
+	return fmt.Sprintf("%s (configuration at index %d)", strings.Join(l.Voters, ", "), l.ConfigIndex)
 }
 
 // joinUints formats a list of indexes.

@@ -26,10 +26,12 @@ what it lacks.
 Safe only while a quorum of the OTHER nodes holds every record the node
 loses: stop the node, check that the rest of the cluster elects a leader
 and commits an append without it, and repair one node at a time, never a
-majority of the nodes. On a single-node cluster the records after the
-damage are lost for good (and new appends take their indexes): repair
-refuses unless given --accept-loss. A node running on the data dir is
-refused. See the README's Repair section.
+majority of the nodes. On a single-node cluster, and for a named log with
+one replica on this node, the records after the damage are lost for good
+(and new appends take their indexes): repair refuses unless given
+--accept-loss. The cut reaches every log of the node, the default log and
+each named log, and the report lists each log it changes. A node running
+on the data dir is refused. See the README's Repair section.
 
 Exit status: 0 when repaired or nothing needed repair, 1 when refused, not
 confirmed or failed (nothing changed unless it says otherwise).`
@@ -41,7 +43,7 @@ func cmdRepair(_ context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "repair", "", repairSummary)
 	fs.StringVar(&dir, "data-dir", "", "the stopped node's data `directory` (required; never taken from the environment)")
 	fs.BoolVar(&yes, "yes", false, "repair without asking for a confirmation; needed when stdin is not a terminal")
-	fs.BoolVar(&acceptLoss, "accept-loss", false, "repair the only voter of a single-node cluster, losing for good the records after the damage")
+	fs.BoolVar(&acceptLoss, "accept-loss", false, "repair the only voter of a single-node cluster or of a one-replica named log, losing for good the records after the damage")
 	rest, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -61,8 +63,8 @@ func cmdRepair(_ context.Context, e *env, args []string) error {
 	if !r.Needed() {
 		return nil
 	}
-	if r.LosesOnlyCopy() && !acceptLoss {
-		return errors.New("refused: this is a single-node cluster, and nothing else holds what the repair removes; give --accept-loss to lose it for good; nothing changed")
+	if only := r.OnlyCopies(); len(only) > 0 && !acceptLoss {
+		return fmt.Errorf("refused: this node is the only voter of %s, and nothing else holds what the repair removes; give --accept-loss to lose it for good; nothing changed", onlyCopies(only))
 	}
 	if !yes {
 		if !isTerminal(e.stdin) {
@@ -82,6 +84,19 @@ func cmdRepair(_ context.Context, e *env, args []string) error {
 	}
 	fmt.Fprintf(e.stdout, "repaired %s: start the node, and it catches up from the leader\n", dir)
 	return nil
+}
+
+// onlyCopies names the logs of which this node is the only voter: the
+// default log (a single-node cluster) and named logs with one replica.
+func onlyCopies(ls []*node.LogRepair) string {
+	names := make([]string, len(ls))
+	for i, l := range ls {
+		names[i] = l.String()
+		if l.ID == 0 {
+			names[i] = "the default log (a single-node cluster)"
+		}
+	}
+	return strings.Join(names, ", ")
 }
 
 // isTerminal reports whether r is a terminal, what a confirmation is typed

@@ -18,16 +18,23 @@ import (
 	"github.com/raftlog/raftlog/internal/testdamage"
 	"github.com/raftlog/raftlog/node"
 	"github.com/raftlog/raftlog/raftstore"
+	"github.com/raftlog/raftlog/replica"
 )
 
 // damageEntry flips the last payload byte of the commit-log record that
-// holds raft entry index in a stopped node's data dir, and returns the
-// segment file and the record's offset in it.
+// holds the default log's raft entry index in a stopped node's data dir,
+// and returns the segment file and the record's offset in it.
 func damageEntry(t *testing.T, dataDir string, index uint64) (string, int64) {
 	t.Helper()
+	return damageGroupEntry(t, dataDir, replica.GroupsOf(0).Live, index)
+}
+
+// damageGroupEntry is damageEntry for the entry of raftstore group g.
+func damageGroupEntry(t *testing.T, dataDir string, g, index uint64) (string, int64) {
+	t.Helper()
 	pos := int64(-1)
-	in, err := raftstore.Inspect(filepath.Join(dataDir, "store"), nil, func(g uint64, p int64, l *raft.Log) {
-		if g == 1 && l.Index == index { // group 1: raft's log (node.liveGroup)
+	in, err := raftstore.Inspect(filepath.Join(dataDir, "store"), nil, func(group uint64, p int64, l *raft.Log) {
+		if group == g && l.Index == index {
 			pos = p
 		}
 	})
@@ -35,7 +42,7 @@ func damageEntry(t *testing.T, dataDir string, index uint64) (string, int64) {
 		t.Fatal(err)
 	}
 	if pos < 0 {
-		t.Fatalf("%s holds no entry %d", dataDir, index)
+		t.Fatalf("%s holds no entry %d of group %d", dataDir, index, g)
 	}
 	path, off := in.Log.Locate(pos)
 	testdamage.FlipLastPayloadByte(t, path, off)
@@ -169,7 +176,9 @@ func TestRepairCommand(t *testing.T) {
 	}
 }
 
-// On a single-node cluster repair refuses without --accept-loss.
+// On a single-node cluster repair refuses without --accept-loss, naming
+// the logs whose only copy it would cut: the default log, and a named log
+// with one replica.
 func TestRepairCommandSingleNode(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -180,6 +189,10 @@ func TestRepairCommandSingleNode(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	if out, errOut, code := runCmd(ctx, "log", "create", "solo", "--replicas", "1", "--addrs", n.ClientAddr()); code != 0 {
+		n.Close()
+		t.Fatalf("log create: %s%s", out, errOut)
+	}
 	var last uint64
 	for i := range 3 {
 		out, errOut, code := runCmd(ctx, "append", "--addrs", n.ClientAddr(), "--timeout", "30s", fmt.Sprint("r", i))
@@ -189,6 +202,12 @@ func TestRepairCommandSingleNode(t *testing.T) {
 		}
 		last, _ = strconv.ParseUint(strings.TrimSpace(out), 10, 64)
 	}
+	// The named log's records come after the damaged one: the cut takes
+	// them too.
+	if _, errOut, code := runCmd(ctx, "append", "--log", "solo", "--addrs", n.ClientAddr(), "--timeout", "30s", "s0", "s1"); code != 0 {
+		n.Close()
+		t.Fatalf("append to solo: %s", errOut)
+	}
 	if err := n.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -197,6 +216,9 @@ func TestRepairCommandSingleNode(t *testing.T) {
 	out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", dir, "--yes")
 	if code != 1 || !strings.Contains(errOut, "--accept-loss") || !strings.Contains(out, "single-node cluster") || testdamage.TreeDigest(t, dir) != before {
 		t.Fatalf("repair of a single node without --accept-loss: exit %d\n%s%s", code, out, errOut)
+	}
+	if !strings.Contains(errOut, "the default log") || !strings.Contains(errOut, `log "solo"`) || !strings.Contains(out, `WARNING: log "solo"`) {
+		t.Fatalf("the refusal does not name both logs:\n%s%s", out, errOut)
 	}
 	if out, errOut, code := runRepair(strings.NewReader(""), "--data-dir", dir, "--yes", "--accept-loss"); code != 0 {
 		t.Fatalf("repair with --accept-loss: exit %d\n%s%s", code, out, errOut)
@@ -305,6 +327,132 @@ func TestRepairProcesses(t *testing.T) {
 	want := h.mustCLI("read", "--addrs", addrs, "--from", "1", "--max", "0")
 	if wantIdx, wantData := parseRecords(t, want); fmt.Sprint(wantIdx) != fmt.Sprint(idx) || strings.Join(wantData, "\n") != strings.Join(data, "\n") {
 		t.Fatalf("%s after the repair reads %d records, the cluster %d, or they differ", victim.id, len(idx), len(wantIdx))
+	}
+	for _, n := range nodes {
+		h.stop(n)
+	}
+}
+
+// TestRepairNamedLogProcesses is the operator's path through a damaged
+// record of a named log on a 3-node cluster of "node serve" processes. A
+// trim makes every replica of the log take a snapshot (its first retained
+// index the trim's); the record of the first entry the follower then holds
+// is damaged, so the cut leaves the log's snapshot claiming records the
+// node no longer holds. It refuses to start, "node repair --yes" reports
+// the log by name and removes its snapshot, and the node, started again,
+// catches up: every acknowledged record of the named log and of the
+// default log reads back from it alone.
+func TestRepairNamedLogProcesses(t *testing.T) {
+	h := newServeHarness(t)
+	nodes, addrs := startProcCluster(t, h, 3, "n", "")
+	h.mustCLI("log", "create", "orders", "--replicas", "3", "--addrs", addrs)
+	acked := map[string][]uint64{} // by log: "" the default log
+	appendSome := func(log, prefix string, n int) {
+		t.Helper()
+		for i := range n {
+			args := []string{"append", "--addrs", addrs, "--timeout", "30s"}
+			if log != "" {
+				args = append(args, "--log", log)
+			}
+			for j := range 5 {
+				args = append(args, fmt.Sprintf("%s-%d-%d", prefix, i, j))
+			}
+			for _, f := range strings.Fields(h.mustCLI(args...)) {
+				idx, err := strconv.ParseUint(f, 10, 64)
+				if err != nil {
+					t.Fatalf("append printed %q", f)
+				}
+				acked[log] = append(acked[log], idx)
+			}
+		}
+	}
+	var info infoJSON
+	waitUntil(t, time.Minute, "a leader of orders", func() bool {
+		out, _, code := h.cli("log", "info", "orders", "--json", "--addrs", addrs, "--timeout", "5s")
+		return code == 0 && json.Unmarshal([]byte(out), &info) == nil && info.LeaderID != ""
+	})
+	appendSome("orders", "a", 12)
+	appendSome("", "d", 4)
+	floor := acked["orders"][20]
+	h.mustCLI("trim", "--log", "orders", "--below", fmt.Sprint(floor), "--addrs", addrs)
+	appendSome("orders", "b", 4)
+
+	var victim *procNode
+	for _, p := range nodes {
+		if p.id != info.LeaderID {
+			victim = p
+		}
+	}
+	// It holds every record, and its snapshot after the trim, before it
+	// stops.
+	lastOrders := acked["orders"][len(acked["orders"])-1]
+	snapDir := filepath.Join(victim.dir, "logs", fmt.Sprint(info.ID), "snapshots")
+	waitUntil(t, time.Minute, victim.id+" holding orders and its snapshot", func() bool {
+		out, _, code := h.cli("read", "--log", "orders", "--addrs", victim.client, "--stale", "--from", fmt.Sprint(lastOrders), "--timeout", "2s")
+		files, _ := filepath.Glob(filepath.Join(snapDir, "*.snap"))
+		return code == 0 && strings.HasPrefix(out, fmt.Sprint(lastOrders)+"\t") && len(files) > 0
+	})
+	h.stop(victim)
+	path, off := damageGroupEntry(t, victim.dir, replica.GroupsOf(info.ID).Live, floor)
+
+	h.start(victim, "--bootstrap", bootstrapOf(nodes))
+	timer := time.NewTimer(exitWait)
+	select {
+	case <-victim.exited:
+		timer.Stop()
+	case <-timer.C:
+		h.dumpLog(victim)
+		t.Fatalf("%s with a damaged record did not exit within %v", victim.id, exitWait)
+	}
+	if b, _ := os.ReadFile(victim.log); !strings.Contains(string(b), fmt.Sprintf("%s at offset %d", path, off)) {
+		t.Fatalf("%s did not name the damaged record %s offset %d:\n%s", victim.id, path, off, b)
+	}
+
+	// The other two go on.
+	appendSome("orders", "c", 4)
+	appendSome("", "e", 2)
+	out := h.mustCLI("repair", "--data-dir", victim.dir, "--yes")
+	t.Logf("node repair:\n%s", out)
+	if !strings.Contains(out, fmt.Sprintf(`log "orders" (id %d):`, info.ID)) || !strings.Contains(out, "removes the snapshots at indexes") {
+		t.Fatalf("the repair report does not say what happens to orders:\n%s", out)
+	}
+
+	h.start(victim, "--bootstrap", bootstrapOf(nodes))
+	appendSome("orders", "f", 2)
+	appendSome("", "g", 1)
+	for _, log := range []string{"orders", ""} {
+		last := acked[log][len(acked[log])-1]
+		read := func(addrs string, stale bool) (string, int) {
+			args := []string{"read", "--addrs", addrs, "--from", "0", "--max", "0", "--timeout", "5s"}
+			if log != "" {
+				args = append(args, "--log", log)
+			}
+			if stale {
+				args = append(args, "--stale")
+			}
+			out, _, code := h.cli(args...)
+			return out, code
+		}
+		var got string
+		waitUntil(t, 2*time.Minute, fmt.Sprintf("%s catching up on log %q", victim.id, log), func() bool {
+			out, code := read(victim.client, true)
+			got = out
+			return code == 0 && strings.Contains(out, fmt.Sprintf("\n%d\t", last))
+		})
+		idx, data := parseRecords(t, got)
+		have := map[uint64]bool{}
+		for _, i := range idx {
+			have[i] = true
+		}
+		for _, i := range acked[log] {
+			if !have[i] && (log == "" || i >= floor) {
+				t.Fatalf("acknowledged record %d of log %q is not readable on %s after the repair (it holds %d records)", i, log, victim.id, len(idx))
+			}
+		}
+		want, code := read(addrs, false)
+		if wantIdx, wantData := parseRecords(t, want); code != 0 || fmt.Sprint(wantIdx) != fmt.Sprint(idx) || strings.Join(wantData, "\n") != strings.Join(data, "\n") {
+			t.Fatalf("%s after the repair reads %d records of log %q, the cluster %d, or they differ", victim.id, len(idx), log, len(wantIdx))
+		}
 	}
 	for _, n := range nodes {
 		h.stop(n)
