@@ -98,6 +98,9 @@ func (r *Replica) Leading(ctx context.Context) (*Stint, error) {
 	}
 }
 
+// cmdChunk is the size of the buffers small records' commands share.
+const cmdChunk = 32 << 10
+
 // awaitPoll is how often awaitLeader looks at raft's leader.
 const awaitPoll = 5 * time.Millisecond
 
@@ -158,20 +161,31 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 			return &transport.AppendResponse{Indexes: idx, Duplicate: true}, nil
 		}
 	}
-	// The records' commands share one buffer: one allocation per request,
-	// not one per record. A command's header is at most recordCmdHeader
-	// bytes beside its client id.
+	// Small records' commands share buffers of cmdChunk bytes: a few
+	// allocations per request, not one per record; a large record's
+	// command has its own (one large buffer would be a fresh span from the
+	// heap each time, and stay whole while raft's cache holds any entry of
+	// it). A command's header is at most recordCmdHeader bytes beside its
+	// client id.
 	cmds := make([][]byte, len(req.Records))
 	total := uint64(len(req.Records))
-	size := 0
-	for _, rec := range req.Records {
-		size += len(rec) + len(req.ClientID) + recordCmdHeader
-	}
-	buf := make([]byte, size)
+	var buf []byte // free space of the current chunk
 	for i, rec := range req.Records {
 		n := len(rec) + len(req.ClientID) + recordCmdHeader
-		cmds[i] = AppendRecordCmd(buf[:0:n], req.ClientID, req.Seq, uint64(i), total, req.Base, req.After, rec)
-		buf = buf[len(cmds[i]):]
+		var dst []byte
+		switch {
+		case n > cmdChunk/2:
+			dst = make([]byte, 0, n)
+		default:
+			if n > len(buf) {
+				buf = make([]byte, cmdChunk)
+			}
+			dst = buf[:0:n]
+		}
+		cmds[i] = AppendRecordCmd(dst, req.ClientID, req.Seq, uint64(i), total, req.Base, req.After, rec)
+		if n <= cmdChunk/2 {
+			buf = buf[len(cmds[i]):]
+		}
 	}
 	// The appends of one connection go to raft in the order they arrived,
 	// so that one sent after another (AppendRequest.After) normally lands
