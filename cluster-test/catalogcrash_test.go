@@ -204,15 +204,7 @@ func TestCatalogLeaderCrash(t *testing.T) {
 			t.Fatal(err)
 		}
 		victim.removed.Store(true)
-		if err := victim.stop(); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.waitFullReplicas(ctx, 60*time.Second); err != nil {
-			t.Fatal(err)
-		}
-		if err := c.refreshLogs(ctx); err != nil {
-			t.Fatal(err)
-		}
+		c.retire(ctx, t, victim)
 		for _, l := range c.logs {
 			if err := c.waitLogEverywhere(ctx, l.name, 30*time.Second); err != nil {
 				t.Fatal(err)

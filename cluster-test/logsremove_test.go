@@ -159,16 +159,7 @@ func TestLogsRemoveNode(t *testing.T) {
 	}); err != nil {
 		t.Fatalf("%s never reported itself removed: %v", victim.id, err)
 	}
-	if err := victim.stop(); err != nil {
-		t.Fatal(err)
-	}
-
-	if err := c.waitFullReplicas(ctx, 60*time.Second); err != nil {
-		t.Fatal(err)
-	}
-	if err := c.refreshLogs(ctx); err != nil {
-		t.Fatal(err)
-	}
+	c.retire(ctx, t, victim)
 	verify(t, verification{c: c, rec: rec, w: w, named: named, seed: seed, faults: map[faultKind]int{faultKillLogLeader: 1},
 		what:   fmt.Sprintf("remove %s, holding %v, under load; SIGKILL %s, leader of %s, during the moves", victim.id, held[victim], ll.id, moving),
 		replay: "go test -run TestLogsRemoveNode -v ./cluster-test/", checkTimeout: time.Minute})
@@ -208,6 +199,22 @@ func (c *cluster) movingLog(ctx context.Context, id string) string {
 		}
 	}
 	return ""
+}
+
+// retire stops removed node victim's process, waits until every named
+// log has its full replica count on the nodes left, and reads the logs'
+// members again.
+func (c *cluster) retire(ctx context.Context, t *testing.T, victim *member) {
+	t.Helper()
+	if err := victim.stop(); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.waitFullReplicas(ctx, 60*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.refreshLogs(ctx); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // waitFullReplicas waits until every named log of the cluster (the

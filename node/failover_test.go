@@ -116,13 +116,7 @@ func TestFollowerWaitsOutTheElection(t *testing.T) {
 		cfg.ElectionTimeout = time.Second
 	})
 	old := c.waitLeader()
-	var f *Node
-	for _, n := range c.nodes {
-		if n != old {
-			f = n
-			break
-		}
-	}
+	f := c.follower()
 	conn := dial(t, f)
 	appendN(t, dial(t, old), "before", 3)
 	isolate(t, c, old)

@@ -152,6 +152,17 @@ func waitApplied(t testing.TB, nodes map[string]*Node, d time.Duration) {
 	<-timer.C
 }
 
+// follower returns a node of c that does not lead.
+func (c *testCluster) follower() *Node {
+	for _, n := range c.nodes {
+		if !n.IsLeader() {
+			return n
+		}
+	}
+	c.t.Fatal("no follower")
+	return nil
+}
+
 // dial opens a protocol connection to a node.
 func dial(t *testing.T, n *Node) *transport.Conn {
 	t.Helper()

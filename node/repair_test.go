@@ -58,17 +58,6 @@ func (c *testCluster) startErr(id string) error {
 	return err
 }
 
-// follower returns a node of c that does not lead.
-func (c *testCluster) follower() *Node {
-	for _, n := range c.nodes {
-		if !n.IsLeader() {
-			return n
-		}
-	}
-	c.t.Fatal("no follower")
-	return nil
-}
-
 // prepareRepair runs PrepareRepair and closes the repair at the end of
 // the test.
 func prepareRepair(t *testing.T, dir string) *Repair {

@@ -281,14 +281,7 @@ func TestRepairProcesses(t *testing.T) {
 
 	// It refuses to start, naming the file and offset.
 	h.start(victim, "--bootstrap", bootstrapOf(nodes))
-	timer := time.NewTimer(exitWait)
-	select {
-	case <-victim.exited:
-		timer.Stop()
-	case <-timer.C:
-		h.dumpLog(victim)
-		t.Fatalf("%s with a damaged record did not exit within %v", victim.id, exitWait)
-	}
+	h.waitExit(victim, "of its start on a damaged record")
 	b, _ := os.ReadFile(victim.log)
 	if code := victim.cmd.ProcessState.ExitCode(); code != 1 || !strings.Contains(string(b), fmt.Sprintf("%s at offset %d", path, off)) || !strings.Contains(string(b), "node repair") {
 		t.Fatalf("%s exited with status %d, want 1 and an error naming %s offset %d and node repair:\n%s", victim.id, code, path, off, b)
@@ -396,14 +389,7 @@ func TestRepairNamedLogProcesses(t *testing.T) {
 	path, off := damageGroupEntry(t, victim.dir, replica.GroupsOf(info.ID).Live, floor)
 
 	h.start(victim, "--bootstrap", bootstrapOf(nodes))
-	timer := time.NewTimer(exitWait)
-	select {
-	case <-victim.exited:
-		timer.Stop()
-	case <-timer.C:
-		h.dumpLog(victim)
-		t.Fatalf("%s with a damaged record did not exit within %v", victim.id, exitWait)
-	}
+	h.waitExit(victim, "of its start on a damaged record")
 	if b, _ := os.ReadFile(victim.log); !strings.Contains(string(b), fmt.Sprintf("%s at offset %d", path, off)) {
 		t.Fatalf("%s did not name the damaged record %s offset %d:\n%s", victim.id, path, off, b)
 	}

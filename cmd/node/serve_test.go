@@ -125,19 +125,26 @@ func (h *serveHarness) stop(n *procNode) {
 		h.t.Fatalf("SIGTERM to %s (pid %d): %v", n.id, n.cmd.Process.Pid, err)
 	}
 	start := time.Now()
+	h.waitExit(n, "of SIGTERM")
+	if code := n.cmd.ProcessState.ExitCode(); code != 0 {
+		h.dumpLog(n)
+		h.t.Fatalf("%s exited with status %d after SIGTERM", n.id, code)
+	}
+	h.t.Logf("%s exited 0, %v after SIGTERM", n.id, time.Since(start).Round(time.Millisecond))
+}
+
+// waitExit waits up to exitWait for n's process to exit; after is what the
+// failure says it did not exit within exitWait of.
+func (h *serveHarness) waitExit(n *procNode, after string) {
+	h.t.Helper()
 	timer := time.NewTimer(exitWait)
 	defer timer.Stop()
 	select {
 	case <-n.exited:
 	case <-timer.C:
 		h.dumpLog(n)
-		h.t.Fatalf("%s did not exit within %v of SIGTERM", n.id, exitWait)
+		h.t.Fatalf("%s did not exit within %v %s", n.id, exitWait, after)
 	}
-	if code := n.cmd.ProcessState.ExitCode(); code != 0 {
-		h.dumpLog(n)
-		h.t.Fatalf("%s exited with status %d after SIGTERM", n.id, code)
-	}
-	h.t.Logf("%s exited 0, %v after SIGTERM", n.id, time.Since(start).Round(time.Millisecond))
 }
 
 // dumpLog writes the output of n's process to the test log.
