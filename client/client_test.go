@@ -679,3 +679,33 @@ func TestCustomDial(t *testing.T) {
 		t.Errorf("dialled %q, want one connection to %q", dialled, fc.addrs())
 	}
 }
+
+// A member that names a leader no reply named before is followed at once,
+// however many redirects came before: after a failover the first replies
+// may name the old leader, and the one that names the new leader must not
+// wait for a backoff.
+func TestAppendFollowsANewlyNamedLeaderAtOnce(t *testing.T) {
+	fc := newCluster(t, 3)
+	fc.setLeader(2)
+	// Member 0 names member 1, the leader that was; member 1 names member
+	// 2, the new one. A backoff would outlast RetryTimeout.
+	fc.setScript(func(_ context.Context, h *fakeHandler, op transport.Op, _ any) (any, error, bool) {
+		if op != transport.OpAppend || h.m.idx != 0 {
+			return nil, nil, false
+		}
+		old := fc.members[1]
+		return nil, &transport.Error{Code: transport.CodeNotLeader, Message: "n0 does not lead", LeaderID: old.id, LeaderAddr: old.addr}, true
+	})
+	opts := &Options{MinBackoff: time.Hour, MaxBackoff: time.Hour, RetryTimeout: 2 * time.Second}
+	c := dialT(t, fc.addrs()[:1], opts)
+	idx, err := c.Append(testCtx(t), []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(idx, []uint64{1}) {
+		t.Fatalf("indexes %v, want [1]", idx)
+	}
+	if n := fc.count(1, transport.OpAppend); n != 1 {
+		t.Errorf("the old leader got %d appends, want 1", n)
+	}
+}

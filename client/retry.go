@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"time"
 
@@ -120,7 +121,7 @@ type retrier struct {
 	deadline   time.Time    // start + RetryTimeout
 	attempts   int          // attempts begun
 	backoffs   int          // backoffs waited, the exponent of the next
-	followed   bool         // a NotLeader reply has been followed without a wait
+	followed   []string     // the leaders NotLeader replies named and the operation went to without a wait
 	tried      []string     // members tried, in the order first tried
 	last       error        // the last attempt's error, naming its member
 	best       error        // the most informative attempt's error (see rankOf), naming its member
@@ -257,9 +258,14 @@ func (r *retrier) next(addr string, err error) (d time.Duration, now bool, _ err
 		} else {
 			c.hint(r.lr, leader)
 		}
-		if leader != addr && !r.followed {
-			r.followed = true
-			return 0, true, nil // the first redirect goes at once
+		// A redirect to a leader no reply named before goes at once: the
+		// first, and the one a member gives once it knows the new leader
+		// after a failover (the replies before may have named the old
+		// one). A leader named again waits for the backoff, so that
+		// members naming each other cannot keep the client spinning.
+		if leader != addr && !slices.Contains(r.followed, leader) {
+			r.followed = append(r.followed, leader)
+			return 0, true, nil
 		}
 	case next:
 		if r.rt != toMember {
