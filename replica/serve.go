@@ -72,7 +72,9 @@ func (r *Replica) RaftError(err error) error {
 // A replica that does not lead answers NotLeader at once while it hears
 // from a leader. While it knows no live leader (none named, or none heard
 // from for three heartbeat intervals: an election is due or under way), it
-// first waits for one, for up to two heartbeat timeouts: a request that
+// first waits for one, for up to two heartbeat timeouts and an election
+// timeout (raft's longest wait before it campaigns, and one round of
+// votes): a request that
 // comes during a failover is then served, when this replica wins the
 // election, or answered with the new leader's name, rather than with no
 // name or the name of a leader that is gone, after which the client would
@@ -105,13 +107,15 @@ const cmdChunk = 32 << 10
 const awaitPoll = 5 * time.Millisecond
 
 // awaitLeader waits while the replica knows no live leader (Leading), for
-// up to two heartbeat timeouts, until ctx ends or the replica stops; it
-// returns the replica's stint if it begins one meanwhile.
+// up to two heartbeat timeouts and an election timeout, until ctx ends or
+// the replica stops; it returns the replica's stint if it begins one
+// meanwhile.
 func (r *Replica) awaitLeader(ctx context.Context) *Stint {
 	if r.liveLeader() {
 		return nil
 	}
-	limit := time.NewTimer(2 * r.raft.ReloadableConfig().HeartbeatTimeout)
+	rc := r.raft.ReloadableConfig()
+	limit := time.NewTimer(2*rc.HeartbeatTimeout + rc.ElectionTimeout)
 	defer limit.Stop()
 	tick := time.NewTicker(awaitPoll)
 	defer tick.Stop()

@@ -113,8 +113,18 @@ func TestNamedLogsProcesses(t *testing.T) {
 
 	// Kill the leader of orders, unless it also leads audit: then the
 	// kill would stall both; kill it anyway, but check audit only when it
-	// is led elsewhere.
-	ol, al := info("orders").LeaderID, info("audit").LeaderID
+	// is led elsewhere. First each log's leadership settles on its
+	// preferred leader (the first member), so that the node spreading
+	// leaders does not move it away while the victim is chosen.
+	settled := func(name string) infoJSON {
+		var in infoJSON
+		waitUntil(t, time.Minute, "log "+name+" led by its preferred leader", func() bool {
+			in = info(name)
+			return len(in.Members) > 0 && in.LeaderID == in.Members[0]
+		})
+		return in
+	}
+	ol, al := settled("orders").LeaderID, settled("audit").LeaderID
 	var victim *procNode
 	for _, p := range nodes {
 		if p.id == ol {
