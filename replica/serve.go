@@ -71,7 +71,8 @@ func (r *Replica) RaftError(err error) error {
 //
 // A replica that does not lead answers NotLeader at once while it hears
 // from a leader. While it knows no live leader (none named, or none heard
-// from for three heartbeat intervals: an election is due or under way), it
+// from for one and a half heartbeat intervals: the leader is late, or an
+// election is due or under way), it
 // first waits for one, for up to two heartbeat timeouts and an election
 // timeout (raft's longest wait before it campaigns, and one round of
 // votes): a request that
@@ -139,14 +140,15 @@ func (r *Replica) awaitLeader(ctx context.Context) *Stint {
 }
 
 // liveLeader reports whether the replica follows a leader other than
-// itself that it heard from within three heartbeat intervals (a tenth of
-// the heartbeat timeout each, as raft sends them).
+// itself that it heard from within one and a half heartbeat intervals (a
+// tenth of the heartbeat timeout each, as raft sends them). A leader that
+// is only late costs a request the wait for its next heartbeat.
 func (r *Replica) liveLeader() bool {
 	_, id := r.raft.LeaderWithID()
 	if id == "" || string(id) == r.cfg.NodeID {
 		return false
 	}
-	return time.Since(r.raft.LastContact()) < 3*r.raft.ReloadableConfig().HeartbeatTimeout/10
+	return time.Since(r.raft.LastContact()) < 3*r.raft.ReloadableConfig().HeartbeatTimeout/20
 }
 
 // Append appends a request's records, on the leader, exactly once for a
