@@ -29,7 +29,7 @@ import (
 // lost, linearizable).
 //
 // A log of five replicas is left out: on five nodes it has no node to
-// move to, so the removal would wait for a node to join (catalog.Plan).
+// move to, so the removal would be refused (FailedPrecondition: add a node first).
 func TestLogsRemoveNode(t *testing.T) {
 	skipShort(t)
 	const seed = 67

@@ -332,6 +332,9 @@ func (n *Node) drain(ctx context.Context, id string) (bool, error) {
 		return false, nil
 	}
 	if nd.State == catalog.NodeActive {
+		if err := undrainable(s, id); err != nil {
+			return true, err
+		}
 		if err := n.commitCatalog(ctx, &catalog.MarkLeaving{ID: id}); err != nil {
 			return true, err
 		}
@@ -354,6 +357,28 @@ func (n *Node) drain(ctx context.Context, id string) (bool, error) {
 	return true, nil
 }
 
+// undrainable refuses to drain node id when a log it holds has no other
+// active node to move to (a log of 3 replicas on 3 nodes): the drain would
+// wait for good, with the node marked leaving.
+func undrainable(s *catalog.State, id string) error {
+	active := s.ActiveNodes()
+	for _, l := range s.LogsOf(id) {
+		if l.ID == catalog.DefaultID {
+			continue
+		}
+		spare := false
+		for _, a := range active {
+			spare = spare || a != id && !l.HostedBy(a)
+		}
+		if !spare {
+			return &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf(
+				"node %s holds a replica of log %q (%d replicas) and no other node can take it: add a node first, then remove %s",
+				id, l.Name, l.Settings.Replicas, id)}
+		}
+	}
+	return nil
+}
+
 // drainWait is how long a Remove waits for a drain before it answers
 // Unavailable.
 const drainWait = 8 * time.Second
@@ -373,6 +398,9 @@ func (n *Node) removeOutcome(id string, err error) (*transport.RemoveResponse, e
 		}
 		return nil, &transport.Error{Code: transport.CodeUnavailable,
 			Message: fmt.Sprintf("node %s is being drained: %d of its log replicas are still to move; it leaves the cluster once none is left (run remove again to wait)", id, left)}
+	}
+	if te := (*transport.Error)(nil); errors.As(err, &te) {
+		return nil, te
 	}
 	return nil, n.raftError(err)
 }

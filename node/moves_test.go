@@ -2,8 +2,10 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +13,7 @@ import (
 
 	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/client"
+	"github.com/raftlog/raftlog/transport"
 )
 
 // replicaCounts counts the replicas of named logs the catalog places on
@@ -225,4 +228,26 @@ func TestMoveCatchesUpBeforeVoting(t *testing.T) {
 		t.Fatalf("log big after the move: %+v", d.Members)
 	}
 	sameMap(t, "log big after the move", readLog(t, ctx, cl.Log("big")), acked)
+}
+
+// Removing a node that holds a replica no other node can take (a log of 3
+// replicas on 3 nodes) is refused at once, naming the log and what to do,
+// and the node stays an active member: before, it was marked leaving and
+// every remove timed out while the drain waited for good.
+func TestRemoveRefusedWhenNoNodeCanTakeAReplica(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, &client.Options{RetryTimeout: 20 * time.Second})
+	createLogs(t, ctx, cl, "full", 1, 5)
+	victim := followerOf(c, leader)
+	_, err := cl.Remove(ctx, victim.ID())
+	var te *transport.Error
+	if !errors.As(err, &te) || te.Code != transport.CodeFailedPrecondition || !strings.Contains(te.Message, `log "full0"`) || !strings.Contains(te.Message, "add a node first") {
+		t.Fatalf("remove %s: %v; want FailedPrecondition naming log full0 and what to do", victim.ID(), err)
+	}
+	if nd, ok := leader.catalog.State().Node(victim.ID()); !ok || nd.State != catalog.NodeActive {
+		t.Fatalf("%s after the refused remove: %+v (known %v); want it active", victim.ID(), nd, ok)
+	}
 }
