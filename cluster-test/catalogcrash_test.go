@@ -179,13 +179,7 @@ func TestCatalogLeaderCrash(t *testing.T) {
 			_, err := c.removeNode(ctx, victim.id)
 			removed <- err
 		}()
-		var moving string
-		if err := poll(ctx, 30*time.Second, func() (bool, error) {
-			moving = c.movingLog(ctx, victim.id)
-			return moving != "", nil
-		}); err != nil {
-			t.Fatalf("no replica of %s began to move: %v", victim.id, err)
-		}
+		moving := c.waitMoving(ctx, t, victim.id)
 		lead, err = c.leader(ctx, healthyTimeout)
 		if err != nil {
 			t.Fatal(err)

@@ -102,13 +102,7 @@ func TestLogsRemoveNode(t *testing.T) {
 	// Once a replica of the victim is moving, SIGKILL the leader of a log
 	// being moved (not the victim), and start it again once the log has
 	// another leader.
-	var moving string
-	if err := poll(ctx, 30*time.Second, func() (bool, error) {
-		moving = c.movingLog(ctx, victim.id)
-		return moving != "", nil
-	}); err != nil {
-		t.Fatalf("no replica of %s began to move: %v", victim.id, err)
-	}
+	moving := c.waitMoving(ctx, t, victim.id)
 	ll, err := c.logLeaderAmong(ctx, moving, c.members, healthyTimeout)
 	if err != nil {
 		t.Fatal(err)
@@ -199,6 +193,20 @@ func (c *cluster) movingLog(ctx context.Context, id string) string {
 		}
 	}
 	return ""
+}
+
+// waitMoving waits until a replica of node id is moving and returns its
+// log's name.
+func (c *cluster) waitMoving(ctx context.Context, t *testing.T, id string) string {
+	t.Helper()
+	var moving string
+	if err := poll(ctx, 30*time.Second, func() (bool, error) {
+		moving = c.movingLog(ctx, id)
+		return moving != "", nil
+	}); err != nil {
+		t.Fatalf("no replica of %s began to move: %v", id, err)
+	}
+	return moving
 }
 
 // retire stops removed node victim's process, waits until every named

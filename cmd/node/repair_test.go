@@ -225,6 +225,31 @@ func TestRepairCommandSingleNode(t *testing.T) {
 	}
 }
 
+// appendBatches runs "node append" n times, 5 records each (so several
+// raft batches), on log (the default log when ""), and returns the
+// indexes it printed.
+func (h *serveHarness) appendBatches(addrs, log, prefix string, n int) []uint64 {
+	h.t.Helper()
+	var acked []uint64
+	for i := range n {
+		args := []string{"append", "--addrs", addrs, "--timeout", "30s"}
+		if log != "" {
+			args = append(args, "--log", log)
+		}
+		for j := range 5 {
+			args = append(args, fmt.Sprintf("%s-%d-%d", prefix, i, j))
+		}
+		for _, f := range strings.Fields(h.mustCLI(args...)) {
+			idx, err := strconv.ParseUint(f, 10, 64)
+			if err != nil {
+				h.t.Fatalf("append printed %q", f)
+			}
+			acked = append(acked, idx)
+		}
+	}
+	return acked
+}
+
 // TestRepairProcesses is the operator's path through a damaged record on a
 // 3-node cluster of "node serve" processes: a follower whose log holds a
 // damaged record refuses to start, naming the file and offset; "node
@@ -237,19 +262,7 @@ func TestRepairProcesses(t *testing.T) {
 	var acked []uint64
 	appendSome := func(prefix string, n int) {
 		t.Helper()
-		for i := range n {
-			args := []string{"append", "--addrs", addrs, "--timeout", "30s"}
-			for j := range 5 {
-				args = append(args, fmt.Sprintf("%s-%d-%d", prefix, i, j))
-			}
-			for _, f := range strings.Fields(h.mustCLI(args...)) {
-				idx, err := strconv.ParseUint(f, 10, 64)
-				if err != nil {
-					t.Fatalf("append printed %q", f)
-				}
-				acked = append(acked, idx)
-			}
-		}
+		acked = append(acked, h.appendBatches(addrs, "", prefix, n)...)
 	}
 	appendSome("before", 8)
 	last := acked[len(acked)-1]
@@ -342,22 +355,7 @@ func TestRepairNamedLogProcesses(t *testing.T) {
 	acked := map[string][]uint64{} // by log: "" the default log
 	appendSome := func(log, prefix string, n int) {
 		t.Helper()
-		for i := range n {
-			args := []string{"append", "--addrs", addrs, "--timeout", "30s"}
-			if log != "" {
-				args = append(args, "--log", log)
-			}
-			for j := range 5 {
-				args = append(args, fmt.Sprintf("%s-%d-%d", prefix, i, j))
-			}
-			for _, f := range strings.Fields(h.mustCLI(args...)) {
-				idx, err := strconv.ParseUint(f, 10, 64)
-				if err != nil {
-					t.Fatalf("append printed %q", f)
-				}
-				acked[log] = append(acked[log], idx)
-			}
-		}
+		acked[log] = append(acked[log], h.appendBatches(addrs, log, prefix, n)...)
 	}
 	var info infoJSON
 	waitUntil(t, time.Minute, "a leader of orders", func() bool {
