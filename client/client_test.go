@@ -709,3 +709,32 @@ func TestAppendFollowsANewlyNamedLeaderAtOnce(t *testing.T) {
 		t.Errorf("the old leader got %d appends, want 1", n)
 	}
 }
+
+// A member that names as leader one the operation could not connect to a
+// moment ago (a leader whose process is gone, named by a follower that
+// has not noticed yet) is not followed back there: the client asks
+// another member, which leads. Before, it went back and forth between the
+// dead member and the one naming it until its retries ran out.
+func TestAppendPassesOverALeaderThatCannotBeReached(t *testing.T) {
+	fc := newCluster(t, 3)
+	fc.setLeader(0)
+	dead := fc.members[1]
+	fc.setScript(func(_ context.Context, h *fakeHandler, op transport.Op, _ any) (any, error, bool) {
+		if op != transport.OpAppend || h.m.idx != 2 {
+			return nil, nil, false
+		}
+		return nil, &transport.Error{Code: transport.CodeNotLeader, Message: "n2 does not lead", LeaderID: dead.id, LeaderAddr: dead.addr}, true
+	})
+	dead.kill()
+	// The dead member first, then the one naming it, then the leader.
+	addrs := []string{dead.addr, fc.members[2].addr, fc.members[0].addr}
+	opts := &Options{MinBackoff: time.Millisecond, MaxBackoff: 5 * time.Millisecond, RetryTimeout: 2 * time.Second}
+	c := dialT(t, addrs, opts)
+	idx, err := c.Append(testCtx(t), []byte("a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(idx, []uint64{1}) {
+		t.Fatalf("indexes %v, want [1]", idx)
+	}
+}

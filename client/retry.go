@@ -122,11 +122,14 @@ type retrier struct {
 	attempts   int          // attempts begun
 	backoffs   int          // backoffs waited, the exponent of the next
 	followed   []string     // the leaders NotLeader replies named and the operation went to without a wait
-	tried      []string     // members tried, in the order first tried
-	last       error        // the last attempt's error, naming its member
-	best       error        // the most informative attempt's error (see rankOf), naming its member
-	bestRank   rank         // the rank of best
-	lastIsBest bool         // last is best: the last attempt was the most informative
+	// unreachable holds the members a connection to failed in this
+	// operation (nothing was sent), and when.
+	unreachable map[string]time.Time
+	tried       []string // members tried, in the order first tried
+	last        error    // the last attempt's error, naming its member
+	best        error    // the most informative attempt's error (see rankOf), naming its member
+	bestRank    rank     // the rank of best
+	lastIsBest  bool     // last is best: the last attempt was the most informative
 	// tlsRefused holds the members whose TLS handshake failed: once it
 	// holds every known member, no retry can help.
 	tlsRefused map[string]bool
@@ -226,6 +229,18 @@ func (r *retrier) next(addr string, err error) (d time.Duration, now bool, _ err
 	if (act == follow || act == hint) && r.rt == toMember {
 		act = stop
 	}
+	if de := (*dialError)(nil); errors.As(err, &de) {
+		if r.unreachable == nil {
+			r.unreachable = map[string]time.Time{}
+		}
+		r.unreachable[addr] = time.Now()
+	}
+	if (act == follow || act == hint) && leader != addr && r.justUnreachable(leader) {
+		// The member names one this operation could not connect to a
+		// moment ago: a leader whose process is gone, named by a member
+		// that has not noticed yet. Another member may know better.
+		act = next
+	}
 	if act == stop {
 		if r.named && olderServer(err) {
 			return 0, false, fmt.Errorf("client: %s: %w (%s: %w)", r.name(), ErrNoNamedLogs, addr, err)
@@ -269,7 +284,7 @@ func (r *retrier) next(addr string, err error) (d time.Duration, now bool, _ err
 		}
 	case next:
 		if r.rt != toMember {
-			c.advance(r.lr, addr)
+			c.advance(r.lr, addr, r.justUnreachable)
 		}
 	}
 	d = c.backoff(r.backoffs)
@@ -278,6 +293,18 @@ func (r *retrier) next(addr string, err error) (d time.Duration, now bool, _ err
 		d = rem
 	}
 	return d, false, nil
+}
+
+// unreachableFor is how long a member a connection to failed is passed
+// over: long enough for a failover (an election and the news of it), short
+// enough for a restarted member to be asked again within the operation.
+const unreachableFor = time.Second
+
+// justUnreachable reports whether a connection to addr failed in this
+// operation within unreachableFor.
+func (r *retrier) justUnreachable(addr string) bool {
+	at, ok := r.unreachable[addr]
+	return ok && time.Since(at) < unreachableFor
 }
 
 // note records err, the failure of the attempt at addr, as the last one

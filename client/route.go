@@ -57,8 +57,10 @@ func (c *Client) hint(lr *leaderRoute, member string) {
 }
 
 // advance moves the requests of lr from the member at from, which failed,
-// to the next known member, unless another request has moved them already.
-func (c *Client) advance(lr *leaderRoute, from string) {
+// to the next known member that skip, when not nil, does not pass over
+// (the next one if it passes over all), unless another request has moved
+// them already.
+func (c *Client) advance(lr *leaderRoute, from string, skip func(string) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if lr.leader == from {
@@ -67,10 +69,17 @@ func (c *Client) advance(lr *leaderRoute, from string) {
 	if lr.target != from {
 		return
 	}
-	next := c.addrs[0]
+	start := 0
 	for i, a := range c.addrs {
 		if a == from {
-			next = c.addrs[(i+1)%len(c.addrs)]
+			start = i + 1
+			break
+		}
+	}
+	next := c.addrs[start%len(c.addrs)]
+	for k := range len(c.addrs) {
+		if a := c.addrs[(start+k)%len(c.addrs)]; a != from && (skip == nil || !skip(a)) {
+			next = a
 			break
 		}
 	}
