@@ -369,20 +369,11 @@ type cellResult struct {
 // cluster. It returns the figures, also with an error when appends failed
 // or the read-back found a record missing.
 func runCell(ctx context.Context, cfg *clusterConfig, e *clusterEnv, base string, w clusterWorkload, sys systemKind, round int) (_ *cellResult, err error) {
-	dir, err := os.MkdirTemp(base, sys.key+"-"+w.key+"-")
+	dir, finish, err := e.cellDir(base, sys.key+"-"+w.key+"-", cfg.keep)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if serr := e.procs.stopAll(); err == nil {
-			err = serr
-		}
-		if !cfg.keep {
-			if rerr := removeAndSettle(dir); err == nil {
-				err = rerr
-			}
-		}
-	}()
+	defer finish(&err)
 	profile := cfg.pprof == w.key && sys.flush != ""
 	c, err := sys.start(ctx, e, dir, profile)
 	if err != nil {

@@ -316,20 +316,11 @@ type nodeCell struct {
 // window of appends in flight: warm-up, then the measured window. It reads
 // every acked record back and stops the cluster.
 func runLogsCell(ctx context.Context, cfg *logsConfig, e *clusterEnv, base string, n, round int) (_ *logsCell, err error) {
-	dir, err := os.MkdirTemp(base, fmt.Sprintf("logs%d-", n))
+	dir, finish, err := e.cellDir(base, fmt.Sprintf("logs%d-", n), cfg.keep)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if serr := e.procs.stopAll(); err == nil {
-			err = serr
-		}
-		if !cfg.keep {
-			if rerr := removeAndSettle(dir); err == nil {
-				err = rerr
-			}
-		}
-	}()
+	defer finish(&err)
 	setup := time.Now()
 	c, err := startRaftlog(ctx, e, dir, cfg.flush, false)
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -198,20 +197,11 @@ func pickVictim(leaders map[string]string, names []string, nodes []*raftlogNode,
 // n = 0), measure each log's gap, restart the node, wait until the leaders
 // are spread again. At the end it reads every acknowledged record back.
 func runFailover(ctx context.Context, cfg *logsConfig, e *clusterEnv, base string, n int) (_ *failoverResult, err error) {
-	dir, err := os.MkdirTemp(base, fmt.Sprintf("failover%d-", n))
+	dir, finish, err := e.cellDir(base, fmt.Sprintf("failover%d-", n), cfg.keep)
 	if err != nil {
 		return nil, err
 	}
-	defer func() {
-		if serr := e.procs.stopAll(); err == nil {
-			err = serr
-		}
-		if !cfg.keep {
-			if rerr := removeAndSettle(dir); err == nil {
-				err = rerr
-			}
-		}
-	}()
+	defer finish(&err)
 	c, err := startRaftlog(ctx, e, dir, cfg.flush, false)
 	if err != nil {
 		return nil, err

@@ -236,6 +236,27 @@ func logTail(path string, n int) string {
 	return string(b)
 }
 
+// cellDir makes a fresh directory under base, named from pattern as
+// os.MkdirTemp does, for one cell's servers. Its finish, deferred by the
+// cell, stops every process of e and removes the directory unless keep,
+// keeping the first error in *err.
+func (e *clusterEnv) cellDir(base, pattern string, keep bool) (string, func(err *error), error) {
+	dir, err := os.MkdirTemp(base, pattern)
+	if err != nil {
+		return "", nil, err
+	}
+	return dir, func(err *error) {
+		if serr := e.procs.stopAll(); *err == nil {
+			*err = serr
+		}
+		if !keep {
+			if rerr := removeAndSettle(dir); *err == nil {
+				*err = rerr
+			}
+		}
+	}, nil
+}
+
 // serverEnv returns env with the GOMAXPROCS of server processes, if set.
 func (e *clusterEnv) serverEnv(env []string) []string {
 	if e.maxprocs <= 0 {
