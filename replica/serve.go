@@ -72,14 +72,13 @@ func (r *Replica) RaftError(err error) error {
 // A replica that does not lead answers NotLeader at once while it hears
 // from a leader. While it knows no live leader (none named, or none heard
 // from for one and a half heartbeat intervals: the leader is late, or an
-// election is due or under way), it
-// first waits for one, for up to two heartbeat timeouts and an election
-// timeout (raft's longest wait before it campaigns, and one round of
-// votes): a request that
-// comes during a failover is then served, when this replica wins the
-// election, or answered with the new leader's name, rather than with no
-// name or the name of a leader that is gone, after which the client would
-// back off and ask again.
+// election is due or under way), it first waits for one, for up to two
+// heartbeat timeouts and an election timeout (raft's longest wait before
+// it campaigns, and one round of votes): a request that comes during a
+// failover is then served, when this replica wins the election, or
+// answered with the new leader's name, rather than with no name or the
+// name of a leader that is gone, after which the client would back off
+// and ask again.
 func (r *Replica) Leading(ctx context.Context) (*Stint, error) {
 	s := r.Stint()
 	if s == nil {
@@ -179,19 +178,15 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 	for i, rec := range req.Records {
 		n := len(rec) + len(req.ClientID) + recordCmdHeader
 		var dst []byte
-		switch {
-		case n > cmdChunk/2:
-			dst = make([]byte, 0, n)
-		default:
+		if n <= cmdChunk/2 {
 			if n > len(buf) {
 				buf = make([]byte, cmdChunk)
 			}
-			dst = buf[:0:n]
+			dst, buf = buf[:0:n], buf[n:]
+		} else {
+			dst = make([]byte, 0, n)
 		}
 		cmds[i] = AppendRecordCmd(dst, req.ClientID, req.Seq, uint64(i), total, req.Base, req.After, rec)
-		if n <= cmdChunk/2 {
-			buf = buf[len(cmds[i]):]
-		}
 	}
 	// The appends of one connection go to raft in the order they arrived,
 	// so that one sent after another (AppendRequest.After) normally lands
