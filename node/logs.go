@@ -272,7 +272,7 @@ func (n *Node) reconcile(s *catalog.State) {
 		n.reconfigure(s, h)
 	}
 	n.balanceLeaders(s)
-	for _, id := range storedLogs(held) {
+	for _, id := range append(storedLogs(held), n.leftDirs(held)...) {
 		if n.host.hosted(id) == nil && (gone(id) || movedAway(id)) {
 			n.dropLog(id, nil)
 		}
@@ -533,6 +533,14 @@ func (n *Node) dropLog(id uint64, h *hostedLog) {
 		}
 		h.gate.Close()
 	}
+	// The directory goes first: the groups are how the reconciler finds a
+	// log to drop, so a node stopped between the two steps drops the
+	// groups when it restarts. (Dropped the other way round, a crash left
+	// the directory behind; leftDirs finds those too.)
+	if err := os.RemoveAll(n.logDir(id)); err != nil {
+		n.cfg.Logger.Error("removing a deleted log's snapshots", "id", id, "error", err)
+		return
+	}
 	gs := replica.GroupsOf(id)
 	for _, g := range []uint64{gs.Live, gs.ArchiveA, gs.ArchiveB} {
 		if err := n.db.DropGroup(g); err != nil {
@@ -540,11 +548,31 @@ func (n *Node) dropLog(id uint64, h *hostedLog) {
 			return
 		}
 	}
-	if err := os.RemoveAll(n.logDir(id)); err != nil {
-		n.cfg.Logger.Error("removing a deleted log's snapshots", "id", id, "error", err)
-		return
-	}
 	n.cfg.Logger.Info("dropped a deleted log's data", "id", id)
+}
+
+// leftDirs returns the ids of the named logs that have a directory under
+// the data dir's logs/ but neither a running replica nor groups in held
+// (the DB's): what a drop stopped between its two steps left, before
+// dropLog removed the directory first.
+func (n *Node) leftDirs(held []uint64) []uint64 {
+	ents, err := os.ReadDir(filepath.Join(n.cfg.DataDir, "logs"))
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			n.cfg.Logger.Warn("listing the data dir's logs", "error", err)
+		}
+		return nil
+	}
+	stored := storedLogs(held)
+	var ids []uint64
+	for _, e := range ents {
+		id, err := strconv.ParseUint(e.Name(), 10, 64)
+		if err != nil || id == catalog.DefaultID || !e.IsDir() || slices.Contains(stored, id) || n.host.hosted(id) != nil {
+			continue
+		}
+		ids = append(ids, id)
+	}
+	return ids
 }
 
 // stopLogs shuts every named log's replica down (Close).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -190,19 +191,8 @@ func TestDeleteLogDropsData(t *testing.T) {
 	if _, err := cl.DeleteLog(ctx, "temp"); err != nil {
 		t.Fatal(err)
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for id, n := range c.nodes {
-		for {
-			held := slices.ContainsFunc(n.db.Groups(), func(g uint64) bool { return g == gs.Live || g == gs.ArchiveA || g == gs.ArchiveB })
-			_, statErr := os.Stat(n.logDir(info.ID))
-			if !held && errors.Is(statErr, os.ErrNotExist) && n.host.hosted(info.ID) == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("%s still holds deleted log temp (groups %v, dir: %v)", id, n.db.Groups(), statErr)
-			}
-			waitApplied(t, c.nodes, 100*time.Millisecond)
-		}
+	for _, n := range c.nodes {
+		waitDropped(t, c, n, info.ID)
 	}
 	if _, err := cl.Log("temp").Append(ctx, []byte("x")); !isCode(err, transport.CodeNotFound) {
 		t.Fatalf("append to a deleted log: %v, want NotFound", err)
@@ -217,6 +207,82 @@ func TestDeleteLogDropsData(t *testing.T) {
 	if got := readLog(t, ctx, cl.Log("temp")); len(got) != 0 {
 		t.Fatalf("temp created again holds %d records of the deleted one", len(got))
 	}
+}
+
+// waitDropped waits until node n holds nothing of log id: no replica, no
+// raftstore group, no directory.
+func waitDropped(t *testing.T, c *testCluster, n *Node, id uint64) {
+	t.Helper()
+	gs := replica.GroupsOf(id)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		held := slices.ContainsFunc(n.db.Groups(), func(g uint64) bool { return g == gs.Live || g == gs.ArchiveA || g == gs.ArchiveB })
+		_, statErr := os.Stat(n.logDir(id))
+		if !held && errors.Is(statErr, os.ErrNotExist) && n.host.hosted(id) == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still holds deleted log %d (groups %v, dir: %v)", n.ID(), id, n.db.Groups(), statErr)
+		}
+		waitApplied(t, c.nodes, 100*time.Millisecond)
+	}
+}
+
+// TestDeleteLogAfterACrashMidDrop: a node stopped while it dropped a
+// deleted log's data drops the rest when it starts again, whichever of the
+// two steps (the log's directory, its raftstore groups) it had done. A
+// node that had dropped the groups first kept the directory for good:
+// the reconciler found logs to drop by their groups only.
+func TestDeleteLogAfterACrashMidDrop(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	info, err := cl.CreateLog(ctx, "temp", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("temp"), "temp", 20)
+	followers := []*Node{}
+	for _, n := range c.nodes {
+		if !n.IsLeader() {
+			followers = append(followers, n)
+		}
+	}
+	groupsFirst, dirFirst := followers[0], followers[1]
+
+	// dirFirst stops with the directory removed and the groups still held,
+	// as a node does between the two steps of a drop.
+	waitForIn(t, 30*time.Second, "temp's replica on "+dirFirst.ID(), func() bool { return dirFirst.host.hosted(info.ID) != nil })
+	c.stop(dirFirst.ID())
+	if err := os.RemoveAll(dirFirst.logDir(info.ID)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cl.DeleteLog(ctx, "temp"); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		waitDropped(t, c, n, info.ID)
+	}
+	restarted := c.start(dirFirst.ID(), nil)
+	c.waitVoter(restarted)
+	waitDropped(t, c, restarted, info.ID)
+
+	// groupsFirst stops with the groups dropped and the directory left
+	// (name and a snapshot), as the order before did.
+	dir := groupsFirst.logDir(info.ID)
+	c.stop(groupsFirst.ID())
+	err = os.MkdirAll(filepath.Join(dir, "snapshots", "2-40-1"), 0o755)
+	if err == nil {
+		err = recordLogName(dir, "temp")
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	restarted = c.start(groupsFirst.ID(), nil)
+	c.waitVoter(restarted)
+	waitDropped(t, c, restarted, info.ID)
 }
 
 // isCode reports whether err is a transport error of code c.
