@@ -626,7 +626,11 @@ func (n *Node) createLog(ctx context.Context, r *transport.CreateLogRequest) (*t
 }
 
 // deleteLog serves DeleteLog on the default log's leader: the log leaves
-// the catalog, after which every member drops its data (reconcile).
+// the catalog, after which every member drops its data (reconcile). It
+// takes two catalog commands: DeleteLog (the log is deleting: refused to
+// every operation, its data dropped), then LogDeleted (its name is free).
+// A leader that fails between them leaves the log deleting; the planner
+// (moves.go) of the next leader finishes the delete.
 func (n *Node) deleteLog(ctx context.Context, r *transport.DeleteLogRequest) (*transport.DeleteLogResponse, error) {
 	if _, err := n.log.Leading(ctx); err != nil {
 		return nil, err

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/client"
 	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
@@ -283,6 +284,42 @@ func TestDeleteLogAfterACrashMidDrop(t *testing.T) {
 	restarted = c.start(groupsFirst.ID(), nil)
 	c.waitVoter(restarted)
 	waitDropped(t, c, restarted, info.ID)
+}
+
+// TestHalfDoneDeleteFinishes: a default-log leader that fails between a
+// delete's two catalog commands leaves the log deleting; the planner
+// finishes it, so the name is free again and no host keeps its data,
+// without the client asking again.
+func TestHalfDoneDeleteFinishes(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	lead := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	info, err := cl.CreateLog(ctx, "half", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("half"), "half", 10)
+	// The first of the two commands, as a leader that died right after it
+	// had committed it.
+	res, err := lead.proposeCatalog(ctx, &catalog.DeleteLog{ID: info.ID})
+	if err == nil {
+		err = res.Err
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range c.nodes {
+		waitForIn(t, 30*time.Second, "log half gone from "+n.ID()+"'s catalog", func() bool {
+			_, ok := n.catalog.State().LogByID(info.ID)
+			return !ok
+		})
+		waitDropped(t, c, n, info.ID)
+	}
+	if _, err := cl.CreateLog(ctx, "half", client.CreateLogOptions{Replicas: 3}); err != nil {
+		t.Fatalf("creating half again after its delete finished: %v", err)
+	}
 }
 
 // isCode reports whether err is a transport error of code c.

@@ -9,8 +9,9 @@ package node
 // joined takes replicas until the spread is even), begins the rebuild of
 // lost replicas (below), cancels the moves whose target left, finishes a
 // move once the log's committed raft configuration has the new replica as
-// a voter and no longer the old one, and removes a leaving node from the
-// cluster once it holds no replica.
+// a voter and no longer the old one, removes a leaving node from the
+// cluster once it holds no replica, and finishes the deletes a leader left
+// half done (a log deleting, not yet deleted: see deleteLog).
 //
 // Each log's leader carries out its log's move (reconfigure.go): it adds
 // the joining node as a nonvoter, promotes it once its replica has caught
@@ -134,6 +135,17 @@ func (n *Node) plan(ctx context.Context) error {
 			if err := n.commitCatalog(ctx, &catalog.ForgetNode{ID: nd.ID}); err != nil {
 				return err
 			}
+		}
+	}
+	s = n.catalog.State()
+	// A delete is two commands (deleteLog); a leader that failed between
+	// them left the log deleting. Its hosts drop its data either way.
+	for _, l := range s.Logs() {
+		if l.State == catalog.LogDeleting {
+			if err := n.commitCatalog(ctx, &catalog.LogDeleted{ID: l.ID, Version: l.Version}); err != nil {
+				return err
+			}
+			n.cfg.Logger.Info("finished a log's delete", "log", l.Name, "id", l.ID)
 		}
 	}
 	s = n.catalog.State()
