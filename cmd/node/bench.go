@@ -40,11 +40,13 @@ type benchOptions struct {
 	batch    int
 	duration time.Duration
 	json     bool
+	log      string // the log appended to
 }
 
 // benchResult is the outcome of a bench run; --json prints it as is.
 type benchResult struct {
 	Target        string  `json:"target"` // "local" or the addresses
+	Log           string  `json:"log"`
 	Flush         string  `json:"flush,omitempty"`
 	Clients       int     `json:"clients"`             // 0 with in_flight
 	InFlight      int     `json:"in_flight,omitempty"` // appends in flight from one goroutine
@@ -96,6 +98,7 @@ completes before an earlier one counts from when the earlier one does).`)
 	fs.IntVar(&o.batch, "batch", o.batch, "`records` per append")
 	fs.DurationVar(&o.duration, "duration", o.duration, "how long to append for, at most "+maxBenchDuration.String())
 	fs.BoolVar(&o.json, "json", false, "print the result as one JSON object")
+	logFlag(fs, &o.log, "append to")
 	rest, err := fs.parse(args)
 	if err != nil {
 		return nil, err
@@ -157,7 +160,7 @@ func cmdBench(ctx context.Context, e *env, args []string) error {
 // runBench runs a benchmark, writing progress to progress. It returns the
 // result, also when ctx ended early, or an error when it could not run.
 func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchResult, error) {
-	res := &benchResult{Clients: o.clients, RecordSize: int(o.size), Batch: o.batch}
+	res := &benchResult{Log: cmp.Or(o.log, transport.DefaultLog), Clients: o.clients, RecordSize: int(o.size), Batch: o.batch}
 	addrs := o.cluster.addrs
 	if o.local {
 		dir, remove, err := tempOrGiven(o.dir, "raftlog-bench-")
@@ -200,6 +203,7 @@ func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchR
 		return nil, err
 	}
 	defer c.Close()
+	g := c.Log(o.log)
 
 	data := make([]byte, o.size)
 	for i := range data {
@@ -210,8 +214,8 @@ func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchR
 		recs[i] = data // read-only: every record may share it
 	}
 	// One append first, outside the measurement: it waits for a leader.
-	if _, err := c.Append(ctx, recs...); err != nil {
-		return nil, fmt.Errorf("first append: %w", err)
+	if _, err := g.Append(ctx, recs...); err != nil {
+		return nil, fmt.Errorf("first append to log %s: %w", res.Log, err)
 	}
 
 	tally := &benchTally{batch: uint64(o.batch)}
@@ -226,10 +230,10 @@ func runBench(ctx context.Context, o *benchOptions, progress io.Writer) (*benchR
 	defer timer.Stop()
 	if o.inFlight > 0 {
 		lats = lats[:1]
-		wg.Go(func() { lats[0] = benchAsync(ctx, c, o.inFlight, recs, stop, tally) })
+		wg.Go(func() { lats[0] = benchAsync(ctx, g, o.inFlight, recs, stop, tally) })
 	} else {
 		for w := range o.clients {
-			wg.Go(func() { lats[w] = benchAppends(ctx, c, recs, stop, tally) })
+			wg.Go(func() { lats[w] = benchAppends(ctx, g, recs, stop, tally) })
 		}
 	}
 	go func() { wg.Wait(); close(done) }()
@@ -294,7 +298,7 @@ func (t *benchTally) failed(ctx context.Context, err error) {
 
 // benchAppends appends recs with Append, one at a time, until stop is
 // closed, ctx ends or an append fails, and returns the latencies.
-func benchAppends(ctx context.Context, c *client.Client, recs [][]byte, stop <-chan struct{}, tally *benchTally) []time.Duration {
+func benchAppends(ctx context.Context, g *client.Log, recs [][]byte, stop <-chan struct{}, tally *benchTally) []time.Duration {
 	var lats []time.Duration
 	for {
 		select {
@@ -305,7 +309,7 @@ func benchAppends(ctx context.Context, c *client.Client, recs [][]byte, stop <-c
 		default:
 		}
 		t0 := time.Now()
-		_, err := c.Append(ctx, recs...)
+		_, err := g.Append(ctx, recs...)
 		lat := time.Since(t0)
 		if err != nil {
 			tally.failed(ctx, err)
@@ -321,7 +325,7 @@ func benchAppends(ctx context.Context, c *client.Client, recs [][]byte, stop <-c
 // the appends in flight and returns the latencies. A second goroutine
 // takes the futures in submission order and times each as it finds it
 // complete.
-func benchAsync(ctx context.Context, c *client.Client, inFlight int, recs [][]byte, stop <-chan struct{}, tally *benchTally) []time.Duration {
+func benchAsync(ctx context.Context, g *client.Log, inFlight int, recs [][]byte, stop <-chan struct{}, tally *benchTally) []time.Duration {
 	type sent struct {
 		f  *client.AppendFuture
 		t0 time.Time
@@ -353,7 +357,7 @@ loop:
 			break loop
 		default:
 		}
-		f := c.AppendAsync(ctx, recs...) // waits while inFlight are in flight
+		f := g.AppendAsync(ctx, recs...) // waits while inFlight are in flight
 		// Timed from here, like an Append, which never waits for room.
 		queue <- sent{f, time.Now()}
 	}
@@ -388,6 +392,9 @@ func printBench(w io.Writer, r *benchResult, asJSON bool) error {
 	target := r.Target
 	if r.Flush != "" {
 		target = "a local 3-node cluster, flush " + r.Flush
+	}
+	if r.Log != "" && r.Log != transport.DefaultLog {
+		target = "log " + r.Log + " of " + target
 	}
 	us := func(v float64) time.Duration {
 		return time.Duration(v * float64(time.Microsecond)).Round(time.Microsecond)

@@ -303,6 +303,20 @@ n3    -` + strings.Repeat(" ", len(s.addr)-1) + `  Nonvoter  no
 	}
 	fail(1, `log "nosuch" does not exist`, "log", "info", "nosuch")
 
+	// bench appends to the log named, and only there.
+	var res benchResult
+	if err := json.Unmarshal([]byte(must("bench", "--log", "events", "--clients", "2", "--size", "16", "--duration", "200ms", "--json")), &res); err != nil ||
+		res.Log != "events" || res.Records == 0 || res.Errors != 0 {
+		t.Fatalf("bench --log events: %+v, %v", res, err)
+	}
+	if recs, _ := parseRecords(t, must("read", "--log", "events")); uint64(len(recs)) != res.Records+1 { // and the first append, not measured
+		t.Errorf("bench --log events acked %d records (and one before), the log holds %d", res.Records, len(recs))
+	}
+	if _, data := parseRecords(t, must("read", "--log", "default")); strings.Join(data, ",") != "d1" {
+		t.Errorf("after bench --log events, the default log holds %q", data)
+	}
+	fail(1, `log "nosuch" does not exist`, "bench", "--log", "nosuch", "--duration", "100ms")
+
 	// delete asks first; without a terminal it needs --yes.
 	fail(1, "give --yes", "log", "delete", "events")
 	e, stdout, stderr = testEnv(nil)
