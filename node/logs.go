@@ -229,6 +229,13 @@ func (n *Node) reconcile(s *catalog.State) {
 		n.cfg.Logger.Error("reading the data dir's logs-born marker", "error", err)
 		return
 	}
+	// A drop cut short (the node stopped) is finished before any replica
+	// starts: its log was deleted or moved away.
+	for _, id := range n.droppingLogs() {
+		if h := n.host.hosted(id); h == nil {
+			n.dropLog(id, nil)
+		}
+	}
 	held := n.db.Groups()
 	for _, l := range s.LogsOf(n.cfg.ID) {
 		if l.ID == catalog.DefaultID || l.State != catalog.LogActive || n.host.hosted(l.ID) != nil || n.host.isDamaged(l.ID) {
@@ -519,7 +526,16 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 }
 
 // dropLog shuts down the replica h of log id, if it runs, and removes the
-// log's data from the node: its raftstore groups and its snapshots.
+// log's data from the node: its raftstore groups and its directory
+// (snapshots, name).
+//
+// The drop is made restartable by a rename: the directory first becomes
+// <id>.dropping (durably), then the groups are dropped, then the renamed
+// directory is removed. A node stopped part-way finds the .dropping
+// directory when it starts (droppingLogs) and finishes the drop before it
+// starts any replica, so it never runs a log whose groups or snapshots
+// are half gone. (A directory left without groups, by the order before
+// this one, is found by leftDirs.)
 func (n *Node) dropLog(id uint64, h *hostedLog) {
 	n.host.mu.Lock()
 	delete(n.host.damaged, id)
@@ -533,29 +549,63 @@ func (n *Node) dropLog(id uint64, h *hostedLog) {
 		}
 		h.gate.Close()
 	}
-	// The directory goes first: the groups are how the reconciler finds a
-	// log to drop, so a node stopped between the two steps drops the
-	// groups when it restarts. (Dropped the other way round, a crash left
-	// the directory behind; leftDirs finds those too.)
-	if err := os.RemoveAll(n.logDir(id)); err != nil {
-		n.cfg.Logger.Error("removing a deleted log's snapshots", "id", id, "error", err)
+	if err := n.dropLogData(id); err != nil {
+		n.cfg.Logger.Error("dropping a log's data", "id", id, "error", err)
 		return
-	}
-	gs := replica.GroupsOf(id)
-	for _, g := range []uint64{gs.Live, gs.ArchiveA, gs.ArchiveB} {
-		if err := n.db.DropGroup(g); err != nil {
-			n.cfg.Logger.Error("dropping a deleted log's data", "id", id, "group", g, "error", err)
-			return
-		}
 	}
 	n.cfg.Logger.Info("dropped a deleted log's data", "id", id)
 }
 
-// leftDirs returns the ids of the named logs that have a directory under
-// the data dir's logs/ but neither a running replica nor groups in held
-// (the DB's): what a drop stopped between its two steps left, before
-// dropLog removed the directory first.
-func (n *Node) leftDirs(held []uint64) []uint64 {
+// droppingSuffix marks the directory of a log whose drop has begun.
+const droppingSuffix = ".dropping"
+
+// dropLogData drops log id's data from the node (see dropLog).
+func (n *Node) dropLogData(id uint64) error {
+	dir := n.logDir(id)
+	dropping := dir + droppingSuffix
+	err := os.Rename(dir, dropping)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		if _, serr := os.Stat(dropping); serr == nil {
+			// A drop begun before: that directory is the mark.
+			err = os.RemoveAll(dir)
+		}
+	}
+	switch {
+	case err == nil:
+		if err := vfs.Default.SyncDir(filepath.Dir(dir)); err != nil {
+			return fmt.Errorf("node: marking log %d's data dropped: %w", id, err)
+		}
+	case !errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("node: marking log %d's data dropped: %w", id, err)
+	}
+	gs := replica.GroupsOf(id)
+	for _, g := range []uint64{gs.Live, gs.ArchiveA, gs.ArchiveB} {
+		if err := n.db.DropGroup(g); err != nil {
+			return fmt.Errorf("node: dropping log %d's group %d: %w", id, g, err)
+		}
+	}
+	if err := os.RemoveAll(dropping); err != nil {
+		return fmt.Errorf("node: removing log %d's snapshots: %w", id, err)
+	}
+	return nil
+}
+
+// droppingLogs returns the ids of the logs whose drop began and did not
+// finish (a .dropping directory under logs/).
+func (n *Node) droppingLogs() []uint64 {
+	var ids []uint64
+	for _, name := range n.logDirNames() {
+		if s, ok := strings.CutSuffix(name, droppingSuffix); ok {
+			if id, err := strconv.ParseUint(s, 10, 64); err == nil && id != catalog.DefaultID {
+				ids = append(ids, id)
+			}
+		}
+	}
+	return ids
+}
+
+// logDirNames lists the names in the data dir's logs/ directory.
+func (n *Node) logDirNames() []string {
 	ents, err := os.ReadDir(filepath.Join(n.cfg.DataDir, "logs"))
 	if err != nil {
 		if !errors.Is(err, os.ErrNotExist) {
@@ -563,11 +613,25 @@ func (n *Node) leftDirs(held []uint64) []uint64 {
 		}
 		return nil
 	}
+	names := make([]string, 0, len(ents))
+	for _, e := range ents {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	return names
+}
+
+// leftDirs returns the ids of the named logs that have a directory under
+// the data dir's logs/ but neither a running replica nor groups in held
+// (the DB's): what a drop stopped between its steps left when it dropped
+// the groups before the directory, as nodes before droppingSuffix did.
+func (n *Node) leftDirs(held []uint64) []uint64 {
 	stored := storedLogs(held)
 	var ids []uint64
-	for _, e := range ents {
-		id, err := strconv.ParseUint(e.Name(), 10, 64)
-		if err != nil || id == catalog.DefaultID || !e.IsDir() || slices.Contains(stored, id) || n.host.hosted(id) != nil {
+	for _, name := range n.logDirNames() {
+		id, err := strconv.ParseUint(name, 10, 64)
+		if err != nil || id == catalog.DefaultID || slices.Contains(stored, id) || n.host.hosted(id) != nil {
 			continue
 		}
 		ids = append(ids, id)

@@ -219,6 +219,9 @@ func waitDropped(t *testing.T, c *testCluster, n *Node, id uint64) {
 	for {
 		held := slices.ContainsFunc(n.db.Groups(), func(g uint64) bool { return g == gs.Live || g == gs.ArchiveA || g == gs.ArchiveB })
 		_, statErr := os.Stat(n.logDir(id))
+		if _, err := os.Stat(n.logDir(id) + droppingSuffix); !errors.Is(err, os.ErrNotExist) {
+			statErr = fmt.Errorf("%s%s: %v", n.logDir(id), droppingSuffix, err)
+		}
 		if !held && errors.Is(statErr, os.ErrNotExist) && n.host.hosted(id) == nil {
 			return
 		}
@@ -230,10 +233,11 @@ func waitDropped(t *testing.T, c *testCluster, n *Node, id uint64) {
 }
 
 // TestDeleteLogAfterACrashMidDrop: a node stopped while it dropped a
-// deleted log's data drops the rest when it starts again, whichever of the
-// two steps (the log's directory, its raftstore groups) it had done. A
-// node that had dropped the groups first kept the directory for good:
-// the reconciler found logs to drop by their groups only.
+// deleted log's data drops the rest when it starts again: after it marked
+// the directory dropping (and still held the groups), and after it had
+// dropped the groups and kept the directory, as the order before did. That
+// node kept the directory for good: the reconciler found logs to drop by
+// their groups only.
 func TestDeleteLogAfterACrashMidDrop(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	c.waitLeader()
@@ -253,11 +257,11 @@ func TestDeleteLogAfterACrashMidDrop(t *testing.T) {
 	}
 	groupsFirst, dirFirst := followers[0], followers[1]
 
-	// dirFirst stops with the directory removed and the groups still held,
-	// as a node does between the two steps of a drop.
+	// dirFirst stops with the directory marked dropping and the groups
+	// still held, as a node does between the steps of a drop.
 	waitForIn(t, 30*time.Second, "temp's replica on "+dirFirst.ID(), func() bool { return dirFirst.host.hosted(info.ID) != nil })
 	c.stop(dirFirst.ID())
-	if err := os.RemoveAll(dirFirst.logDir(info.ID)); err != nil {
+	if err := os.Rename(dirFirst.logDir(info.ID), dirFirst.logDir(info.ID)+droppingSuffix); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := cl.DeleteLog(ctx, "temp"); err != nil {
@@ -270,20 +274,26 @@ func TestDeleteLogAfterACrashMidDrop(t *testing.T) {
 	c.waitVoter(restarted)
 	waitDropped(t, c, restarted, info.ID)
 
-	// groupsFirst stops with the groups dropped and the directory left
-	// (name and a snapshot), as the order before did.
-	dir := groupsFirst.logDir(info.ID)
-	c.stop(groupsFirst.ID())
-	err = os.MkdirAll(filepath.Join(dir, "snapshots", "2-40-1"), 0o755)
-	if err == nil {
-		err = recordLogName(dir, "temp")
+	// groupsFirst stops with the groups dropped and the directory left, as
+	// the order before did; then dirFirst with the groups dropped and the
+	// directory marked dropping left, as a stop before its removal leaves
+	// it.
+	for _, left := range []struct {
+		n   *Node
+		dir string
+	}{{groupsFirst, groupsFirst.logDir(info.ID)}, {restarted, restarted.logDir(info.ID) + droppingSuffix}} {
+		c.stop(left.n.ID())
+		err = os.MkdirAll(filepath.Join(left.dir, "snapshots", "2-40-1"), 0o755)
+		if err == nil {
+			err = recordLogName(left.dir, "temp")
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		again := c.start(left.n.ID(), nil)
+		c.waitVoter(again)
+		waitDropped(t, c, again, info.ID)
 	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	restarted = c.start(groupsFirst.ID(), nil)
-	c.waitVoter(restarted)
-	waitDropped(t, c, restarted, info.ID)
 }
 
 // TestHalfDoneDeleteFinishes: a default-log leader that fails between a
