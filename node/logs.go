@@ -639,18 +639,28 @@ func (n *Node) leftDirs(held []uint64) []uint64 {
 	return ids
 }
 
-// stopLogs shuts every named log's replica down (Close).
+// stopLogs shuts every named log's replica down (Close), all at once.
 func (n *Node) stopLogs() []error {
 	n.host.mu.Lock()
 	n.host.closed = true
 	n.host.mu.Unlock()
-	var errs []error
+	var (
+		wg   sync.WaitGroup
+		mu   sync.Mutex
+		errs []error
+	)
 	for _, h := range n.host.all() {
-		if err := h.r.Shutdown(); err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
-			errs = append(errs, err)
-		}
-		h.gate.Close()
+		wg.Go(func() {
+			err := h.r.Shutdown()
+			h.gate.Close()
+			if err != nil && !errors.Is(err, raft.ErrRaftShutdown) {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
 	}
+	wg.Wait()
 	return errs
 }
 

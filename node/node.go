@@ -667,13 +667,16 @@ func (n *Node) Close() error {
 	return n.closeErr
 }
 
+// close stops the node: it hands the leadership of every log it leads to
+// another member (all at once, each bounded by raft's election timeout),
+// stops serving clients, closes the raft transport, then shuts the
+// replicas down (all at once) and closes the store. The transport goes
+// before the replicas: a raft call in flight to a peer that does not
+// answer (a paused process) holds its raft's shutdown until the call
+// times out (raftIOTimeout); closed, it fails at once.
 func (n *Node) close() error {
 	var errs []error
-	if n.raft != nil && n.raft.State() == raft.Leader && n.voters() > 1 {
-		if err := n.raft.LeadershipTransfer().Error(); err != nil {
-			n.cfg.Logger.Warn("handing leadership over before shutdown", "error", err)
-		}
-	}
+	n.handOverLeadership()
 	if n.clientLn != nil {
 		n.clientLn.Close()
 	}
@@ -683,6 +686,12 @@ func (n *Node) close() error {
 		cancel()
 	}
 	n.cancel()
+	if n.mux != nil {
+		n.mux.Close()
+	}
+	if n.tr != nil {
+		n.tr.Close()
+	}
 	errs = append(errs, n.stopLogs()...)
 	if n.log != nil {
 		if err := n.log.Shutdown(); err != nil {
@@ -690,12 +699,6 @@ func (n *Node) close() error {
 		}
 	}
 	n.wg.Wait()
-	if n.tr != nil {
-		n.tr.Close()
-	}
-	if n.mux != nil {
-		n.mux.Close()
-	}
 	if n.db != nil {
 		if err := n.db.Close(); err != nil {
 			errs = append(errs, err)
@@ -706,3 +709,26 @@ func (n *Node) close() error {
 }
 
 func (n *Node) voters() int { return n.log.Voters() }
+
+// handOverLeadership hands the leadership of each log the node leads, the
+// default log's and named logs', to another voter, all at once, so that
+// a node stopped on purpose costs its logs no election timeout.
+func (n *Node) handOverLeadership() {
+	var wg sync.WaitGroup
+	transfer := func(name string, r *replica.Replica) {
+		if rf := r.Raft(); rf != nil && rf.State() == raft.Leader && r.Voters() > 1 {
+			wg.Go(func() {
+				if err := rf.LeadershipTransfer().Error(); err != nil {
+					n.cfg.Logger.Warn("handing leadership over before shutdown", "log", name, "error", err)
+				}
+			})
+		}
+	}
+	if n.log != nil {
+		transfer(transport.DefaultLog, n.log)
+	}
+	for _, h := range n.host.all() {
+		transfer(h.name, h.r)
+	}
+	wg.Wait()
+}
