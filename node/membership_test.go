@@ -322,8 +322,9 @@ func TestNodeRemovedWhileDownLearnsIt(t *testing.T) {
 	assertRemoved(t, c, leader, back)
 }
 
-// A leader that removes itself stops, records that it was removed, and the
-// others elect a new leader.
+// A leader that removes itself steps down, learns that it was removed (the
+// new leader answers its probes), records it, and the others elect a new
+// leader.
 func TestLeaderRemovesItself(t *testing.T) {
 	c := newTestCluster(t, 3, nil)
 	leader := c.waitLeader()

@@ -26,8 +26,8 @@ import (
 //     node is not in its configuration, twice in the same term, and its
 //     commit index at the second answer covers its last index at the first,
 //     the configuration that removed the node is committed: the node was
-//     removed. (A leader that removed itself shuts its raft down, which
-//     the node takes as the same news.)
+//     removed. (A leader whose own removal commits steps down, see
+//     replica's ShutdownOnRemove, and finds out the same way.)
 //   - the node then records it in the marker file "removed", stops raft
 //     (no more campaigns), answers every request but Status with
 //     Unavailable, reports the role "Removed", and refuses to start
@@ -91,7 +91,7 @@ func (n *Node) markRemoved(why string) {
 	n.gate.allowed.Store(false)
 	n.cfg.Logger.Error("this node was removed from the cluster: it no longer campaigns or serves, and will refuse to start again; to add it back, wipe its data dir and start it with --join", "how", why)
 	go func() {
-		if err := n.raft.Shutdown().Error(); err != nil {
+		if err := n.log.StopRaft(); err != nil {
 			n.cfg.Logger.Warn("stopping raft after removal", "error", err)
 		}
 	}()
@@ -136,12 +136,7 @@ func (n *Node) registerLoop() {
 			return
 		}
 		if n.raft.State() == raft.Shutdown {
-			if n.ctx.Err() == nil {
-				// raft stops by itself only when the leader's own
-				// removal commits.
-				n.markRemoved("the node led the cluster when the configuration that removed it committed")
-			}
-			return
+			return // stopped by markRemoved or Close
 		}
 		if n.raft.State() == raft.Leader || !n.gate.allowed.Load() {
 			// The leader records its own address; a new member or a

@@ -102,6 +102,12 @@ type Replica struct {
 
 	lmu   sync.Mutex
 	stint *Stint // guarded by lmu; nil when not leader
+
+	// applyMu is held for reading around each raft.Apply, and for writing
+	// when draining is set (Drain).
+	applyMu   sync.RWMutex
+	draining  bool // guarded by applyMu: no more Applies
+	drainOnce sync.Once
 }
 
 // Open opens the log's view, state machine and snapshots (recovering what
@@ -129,9 +135,7 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	r.snap.Fail = cfg.Fail
 	maxBatch := raftMaxAppendEntries
-	r.prop = NewProposer(ApplierFunc(func(cmd []byte, timeout time.Duration) raft.ApplyFuture {
-		return r.raft.Apply(cmd, timeout)
-	}), cfg.BatchLinger, maxBatch, cfg.BatchesInFlight, cfg.Batch)
+	r.prop = NewProposer(ApplierFunc(r.Apply), cfg.BatchLinger, maxBatch, cfg.BatchesInFlight, cfg.Batch)
 	return r, nil
 }
 
@@ -184,6 +188,12 @@ func (r *Replica) raftConfig() *raft.Config {
 	// raft's per-peer metrics only with the peer in a label (peer_id), not
 	// also in the metric name.
 	rc.NoLegacyTelemetry = true
+	// A leader whose own removal commits steps down rather than shutting
+	// raft down: a shutdown that is not Shutdown's would strand the
+	// commands waiting in raft's queue (Drain). A member outside the
+	// configuration does not campaign; the node finds out that it was
+	// removed (node/removed.go) and shuts it down.
+	rc.ShutdownOnRemove = false
 	// Not RestoreCommittedLogs: in raft v1.8.0 a node restarted with it
 	// skips the configuration entries below the stored commit index when
 	// it looks for its configuration, and without a snapshot holding one
@@ -222,17 +232,75 @@ func (r *Replica) Bootstrap(conf raft.Configuration) error {
 	return nil
 }
 
-// Shutdown ends the replica's stint, shuts raft down and waits for the
-// replica's loops. It does not close the DB.
+// Shutdown ends the replica's stint, drains raft's queue (Drain), shuts
+// raft down and waits for the replica's loops. It does not close the DB.
 func (r *Replica) Shutdown() error {
 	r.cancel()
-	var err error
-	if r.raft != nil {
-		err = r.raft.Shutdown().Error()
-	}
+	err := r.StopRaft()
 	r.wg.Wait()
 	return err
 }
+
+// StopRaft drains raft's queue (Drain) and shuts raft down; the replica's
+// loops go on until Shutdown. It may be called more than once.
+func (r *Replica) StopRaft() error {
+	if r.raft == nil {
+		return nil
+	}
+	r.Drain()
+	return r.raft.Shutdown().Error()
+}
+
+// Apply hands cmd to raft (raft.Apply), or fails with raft.ErrRaftShutdown
+// once the replica drains. Every command of the replica and of its node
+// goes through it.
+func (r *Replica) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	r.applyMu.RLock()
+	defer r.applyMu.RUnlock()
+	if r.draining {
+		return errFuture{raft.ErrRaftShutdown}
+	}
+	return r.raft.Apply(cmd, timeout)
+}
+
+// drainTimeout bounds how long Drain waits for raft to take its queue.
+const drainTimeout = 5 * time.Second
+
+// Drain stops new commands (Apply fails with raft.ErrRaftShutdown) and
+// waits, up to drainTimeout, until raft has taken every command already
+// in its queue. raft (v1.8.0, with BatchApplyCh) never answers a command
+// still in its queue when it shuts down, and a caller waiting on its
+// future (an append, the leader's first entry) would wait for ever: raft
+// takes from its queue in every state, answering a follower's commands
+// with ErrNotLeader and a leader's once committed, or ErrLeadershipLost
+// when it steps down or shuts down, so a barrier queued behind them is
+// answered once they were all taken. It may be called more than once.
+func (r *Replica) Drain() {
+	r.drainOnce.Do(func() {
+		r.applyMu.Lock()
+		r.draining = true
+		r.applyMu.Unlock()
+		if r.raft == nil || r.raft.State() == raft.Shutdown {
+			return
+		}
+		done := make(chan error, 1)
+		go func() { done <- r.raft.Barrier(drainTimeout).Error() }()
+		t := time.NewTimer(drainTimeout)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			r.cfg.Logger.Warn("raft took no command from its queue for a while; shutting down with commands queued (their callers wait for ever)", "waited", drainTimeout)
+		}
+	})
+}
+
+// errFuture is a raft.ApplyFuture that failed before it reached raft.
+type errFuture struct{ err error }
+
+func (f errFuture) Error() error          { return f.err }
+func (f errFuture) Index() uint64         { return 0 }
+func (f errFuture) Response() interface{} { return nil }
 
 // RequestSnapshot asks for a snapshot, which deletes trimmed entries once
 // durable.

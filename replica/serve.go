@@ -415,7 +415,7 @@ func (r *Replica) Trim(ctx context.Context, req *transport.TrimRequest) (*transp
 	if last := r.raft.LastIndex(); req.Below > last+1 {
 		return nil, &transport.Error{Code: transport.CodeBadRequest, Message: fmt.Sprintf("trim below %d is past the end of the log (last index %d)", req.Below, last)}
 	}
-	f := r.raft.Apply(EncodeTrimCmd(req.Below), EnqueueTimeout)
+	f := r.Apply(EncodeTrimCmd(req.Below), EnqueueTimeout)
 	if err := f.Error(); err != nil {
 		return nil, r.RaftError(err)
 	}

@@ -48,7 +48,7 @@ func TestBenchLocal(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
 			e, _, _ := testEnv(nil)
-			o, err := parseBench(e, append([]string{"--local", "--dir", t.TempDir(), "--size", "256", "--duration", "1s", "--flush", "async"}, tc.args...))
+			o, err := parseBench(e, append([]string{"--local", "--dir", t.TempDir(), "--size", "256", "--duration", "1500ms", "--flush", "async"}, tc.args...))
 			if err != nil {
 				t.Fatal(err)
 			}
