@@ -729,7 +729,8 @@ func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogReques
 // describe describes a log its leader r serves (or any replica r, for a
 // Local request): info, and how r's raft group stands. A member's
 // CaughtUp is known for the leader only (raft does not tell a follower's
-// progress). The configuration is read before the indexes, so that
+// progress). ConfigIndex is configIndex's bound on the configuration's
+// index, and the commit index is read after it, so that on a leader
 // ConfigIndex <= CommitIndex proves the roles committed.
 //
 // hosts are the nodes the catalog has the log on, a move's joining node
@@ -737,14 +738,11 @@ func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogReques
 // Leaving.
 func describe(info transport.LogInfo, hosts []string, r *replica.Replica, s *catalog.State) *transport.DescribeLogResponse {
 	rf := r.Raft()
-	var (
-		servers     []raft.Server
-		configIndex uint64
-	)
-	if f := rf.GetConfiguration(); f.Error() == nil {
-		servers, configIndex = f.Configuration().Servers, f.Index()
-	}
-	resp := &transport.DescribeLogResponse{Log: info, LastIndex: rf.LastIndex(), CommitIndex: rf.CommitIndex(), Bytes: r.FSM().RecordBytes(), ConfigIndex: configIndex}
+	c, _ := readConfig(rf)
+	servers := c.servers
+	resp := &transport.DescribeLogResponse{Log: info, LastIndex: rf.LastIndex(), ConfigIndex: c.index}
+	resp.CommitIndex = awaitCommit(rf, c.index)
+	resp.Bytes = r.FSM().RecordBytes()
 	if floor := r.FSM().ReadView().Floor; resp.LastIndex >= floor {
 		resp.FirstIndex = floor
 	}
