@@ -62,7 +62,7 @@ func (n *Node) proposeCatalog(ctx context.Context, cmd catalog.Command) (catalog
 	if _, err := n.log.Leading(ctx); err != nil {
 		return catalog.Result{}, err
 	}
-	f := n.raft.Apply(replica.EncodeControlCmd(catalog.Encode(cmd)), replica.EnqueueTimeout)
+	f := n.log.Apply(replica.EncodeControlCmd(catalog.Encode(cmd)), replica.EnqueueTimeout)
 	if err := f.Error(); err != nil {
 		return catalog.Result{}, n.raftError(err)
 	}

@@ -172,7 +172,7 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 		n.cfg.Logger.Info("added nonvoter", "id", r.NodeID, "raft", r.RaftAddr)
 	}
 	if n.fsm.Member(r.NodeID) != r.ClientAddr {
-		f := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, r.ClientAddr), replica.EnqueueTimeout)
+		f := n.log.Apply(replica.EncodeMemberCmd(r.NodeID, r.ClientAddr), replica.EnqueueTimeout)
 		if err := f.Error(); err != nil {
 			return nil, n.raftError(err)
 		}
@@ -214,7 +214,7 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	if self {
 		// Forget the leader's own client address first: once removed,
 		// it leads no more and could not.
-		if err := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, ""), replica.EnqueueTimeout).Error(); err != nil {
+		if err := n.log.Apply(replica.EncodeMemberCmd(r.NodeID, ""), replica.EnqueueTimeout).Error(); err != nil {
 			return nil, n.raftError(err)
 		}
 	}
@@ -224,7 +224,7 @@ func (n *Node) remove(ctx context.Context, r *transport.RemoveRequest) (*transpo
 	}
 	if !self {
 		// After the removal, so that the node cannot record it again.
-		if err := n.raft.Apply(replica.EncodeMemberCmd(r.NodeID, ""), replica.EnqueueTimeout).Error(); err != nil {
+		if err := n.log.Apply(replica.EncodeMemberCmd(r.NodeID, ""), replica.EnqueueTimeout).Error(); err != nil {
 			n.cfg.Logger.Warn("forgetting a removed node's client address", "id", r.NodeID, "error", err)
 		}
 	}

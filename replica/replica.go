@@ -99,6 +99,11 @@ type Replica struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the loops Start began
 	snapReq chan struct{}
+	// raftDown is closed once raft has shut down (Shutdown): a future it
+	// has not answered by then it never will (await). Closed once, under
+	// downOnce.
+	raftDown chan struct{}
+	downOnce sync.Once
 
 	lmu   sync.Mutex
 	stint *Stint // guarded by lmu; nil when not leader
@@ -113,7 +118,7 @@ func Open(cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	r := &Replica{cfg: cfg, snapReq: make(chan struct{}, 1)}
+	r := &Replica{cfg: cfg, snapReq: make(chan struct{}, 1), raftDown: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	var err error
 	if r.view, err = NewLogView(cfg.DB, GroupsOf(cfg.Log)); err != nil {
@@ -230,8 +235,62 @@ func (r *Replica) Shutdown() error {
 	if r.raft != nil {
 		err = r.raft.Shutdown().Error()
 	}
+	r.downOnce.Do(func() { close(r.raftDown) })
 	r.wg.Wait()
 	return err
+}
+
+// Apply applies cmd through raft, as raft.Apply does, except that the
+// future's Error gives up with raft.ErrRaftShutdown once raft has shut
+// down without answering it (await); Index and Response are then not
+// to be called.
+func (r *Replica) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	return guardedFuture{r.raft.Apply(cmd, timeout), r}
+}
+
+// guardedFuture is Apply's future.
+type guardedFuture struct {
+	raft.ApplyFuture
+	r *Replica
+}
+
+// Error implements raft.Future.
+func (g guardedFuture) Error() error {
+	if !await(g.r, []raft.ApplyFuture{g.ApplyFuture}) {
+		return raft.ErrRaftShutdown
+	}
+	return g.ApplyFuture.Error()
+}
+
+// await waits until every future of fs has completed, and reports true;
+// false when raft has shut down with one still unanswered: then that one
+// never will be. hashicorp/raft v1.8.0 queues Applies in a buffered
+// channel (BatchApplyCh), never answers one still queued when it shuts
+// down, and may even queue one that comes after (Apply picks at random
+// between queueing and seeing the shutdown) (hashicorp/raft#498): a
+// request waiting on such a future held the client listener, and so the
+// node's shutdown, for good. The futures are waited on by a goroutine of
+// their own, which stays blocked on such a future after the replica gave
+// up on it.
+func await[F raft.Future](r *Replica, fs []F) bool {
+	done := make(chan struct{})
+	go func() {
+		for _, f := range fs {
+			f.Error()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-r.raftDown:
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
 }
 
 // RequestSnapshot asks for a snapshot, which deletes trimmed entries once

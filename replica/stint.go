@@ -105,7 +105,7 @@ func (r *Replica) lead(s *Stint) {
 	defer r.wg.Done()
 	c := r.cfg
 	for {
-		f := r.raft.Apply(EncodeMemberCmd(c.NodeID, c.ClientAddr), c.ElectionTimeout*4)
+		f := r.Apply(EncodeMemberCmd(c.NodeID, c.ClientAddr), c.ElectionTimeout*4)
 		err := f.Error()
 		if err == nil {
 			var l raft.Log
@@ -173,7 +173,7 @@ func (r *Replica) enforceRetention() {
 		return
 	}
 	c.Logger.Info("retention: trimming", "below", below)
-	if err := r.raft.Apply(EncodeTrimCmd(below), 0).Error(); err != nil {
+	if err := r.Apply(EncodeTrimCmd(below), 0).Error(); err != nil {
 		c.Logger.Warn("retention trim", "error", err)
 	}
 }
