@@ -65,6 +65,7 @@ type logHost struct {
 	mu     sync.Mutex
 	logs   map[uint64]*hostedLog // by log id; guarded by mu
 	closed bool                  // set by stopLogs; guarded by mu
+	failed bool                  // set by stopRaft; guarded by mu
 	warned map[uint64]bool       // logs warnLost has warned of; guarded by mu
 	born   uint64                // logsBorn's value once read (ids start at 1); owned by reconcileLoop
 	// drained are the nodes this node, leading, removed once drained
@@ -107,6 +108,18 @@ func (h *logHost) allDamaged() map[uint64]damagedLog {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return maps.Clone(h.damaged)
+}
+
+// stopRaft keeps the raft groups of the replicas running, and of those
+// that start later, from taking a new term (voteGate.stopRaft): the
+// node's store failed.
+func (h *logHost) stopRaft() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failed = true
+	for _, l := range h.logs {
+		l.gate.stopRaft()
+	}
 }
 
 // hosted returns the running replica of log id, nil if none.
@@ -511,6 +524,9 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	}
 	if n.host.logs == nil {
 		n.host.logs = map[uint64]*hostedLog{}
+	}
+	if n.host.failed {
+		gate.stopRaft()
 	}
 	n.host.logs[l.ID] = &hostedLog{id: l.ID, name: l.Name, r: r, tr: tr, gate: gate}
 	n.host.mu.Unlock()
