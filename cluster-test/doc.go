@@ -78,6 +78,10 @@
 // Waiting for the rebuilt replicas found that DescribeLog's ConfigIndex
 // was always 0, so the replica planner took a log leader's uncommitted
 // configuration for committed (fixed: node/reconfigure.go, readConfig).
+// The randomized runs with named logs found two more: a node SIGTERMed
+// with appends in flight never exited (replica.Apply, await), and a node
+// whose disk failed panicked taking a new term while it stopped
+// (voteGate.stopRaft).
 //
 // TestLogs found that a node of a cluster with named logs loses the
 // default log's records from the floor to the index of a snapshot stream
