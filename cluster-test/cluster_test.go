@@ -545,6 +545,9 @@ type nodeStatus struct {
 	ID, Role, LeaderID                         string
 	Term, LastIndex, CommitIndex, AppliedIndex uint64
 	FirstIndex                                 uint64 // the floor: the first retained index
+	// Voting: the node (for a named log, its replica of the log) votes.
+	// Only from logStatus of a named log.
+	Voting bool
 }
 
 // status fetches m's /status.

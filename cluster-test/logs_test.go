@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -21,55 +22,80 @@ const logReplicas = 3
 // and not others, a random kill, and a partition.
 var logKinds = []faultKind{faultKillLeader, faultKillRandom, faultPartition, faultPauseLeader, faultKillLogLeader}
 
-// TestLogs runs a 3-node cluster serving three named logs of three
-// replicas (log-1, log-2, log-3) beside the default log, each with a
-// workload of its own that trims too, under logKinds, one fault at a time
-// or a second one while the first holds. Every operation names its log;
-// each log's history is checked on its own, as a single log's is
-// (durability, agreement, reads, tail, linearizability against a model of
-// that log alone), and no record may appear in a log it was not appended
-// to. Leaders spread over the nodes, so the run fails unless some SIGKILL
-// hit a node that led some of its logs and not others.
+// dataLossLogKinds are the nemeses of TestLogs/5-nodes-data-loss: the
+// three that lose a node's data dir, and kills.
+var dataLossLogKinds = []faultKind{faultWipe, faultWipeBootstrap, faultDisk, faultKillLogLeader, faultKillRandom}
+
+// TestLogs runs two clusters at once, each serving three named logs of
+// three replicas (log-1, log-2, log-3) beside the default log, each log
+// with a workload of its own that trims too, one fault at a time or a
+// second one while the first holds. Every operation names its log; each
+// log's history is checked on its own, as a single log's is (durability,
+// agreement, reads, tail, linearizability against a model of that log
+// alone), and no record may appear in a log it was not appended to.
 //
-// The nemeses that lose a node's data dir (disk-failure, wipe,
-// wipe-bootstrap) are left out of every run with named logs: a replica of
-// a named log whose data dir is gone bootstraps the log again instead of
-// rejoining it as a new member (README, "Named logs", "Not yet"). The
-// other nemeses run on named logs in the randomized runs that draw them
-// (seededConfig: TestSoak and RAFTLOG_SEED).
+//   - 3-nodes: 3 nodes under logKinds. Leaders spread over the nodes, so
+//     the run fails unless some SIGKILL hit a node that led some of its
+//     logs and not others.
+//   - 5-nodes-data-loss: 5 nodes under dataLossLogKinds. A node whose data
+//     dir is lost rejoins as a new member and gets its replicas of the
+//     named logs back, rebuilt (README, "Named logs"): each fault lasts
+//     until every one of them votes again and holds what was committed
+//     (cluster.waitRebuilt), and the run fails unless some replica was
+//     rebuilt so.
+//
+// RAFTLOG_SEED sets both runs' seed.
 func TestLogs(t *testing.T) {
 	skipShort(t)
+	nodeBinary(t) // once, before the runs start in parallel
 	const duration = 20 * time.Second
-	rc := runConfig{
-		seed:     61,
-		nodes:    3,
-		kinds:    logKinds,
-		overlap:  0.3,
-		duration: duration,
-		quiet:    2 * time.Second,
-		hold:     [2]time.Duration{time.Second, 2 * time.Second},
-		gap:      300 * time.Millisecond,
-		workload: workloadConfig{
-			duration:       duration,
-			retryAppenders: 2,
-			onceAppenders:  1,
-			batchAppenders: 1,
-			readers:        1,
-			staleReaders:   1,
-			tail:           true,
-			opsPerWorker:   150,
-			think:          duration / 150,
-			trimEvery:      time.Second,
-		},
-		checkTimeout:          time.Minute,
-		logs:                  3,
-		wantPartialLeaderKill: true,
-	}
+	seed, replay := uint64(0), false
 	if s, ok := envSeed(t); ok {
-		rc.seed = s
+		seed, replay = s, true
 	}
-	rc.replay = fmt.Sprintf("RAFTLOG_SEED=%d go test -run '^TestLogs$' -v ./cluster-test/", rc.seed)
-	runCluster(t, rc)
+	base := func(name string, defaultSeed uint64, nodes int, kinds []faultKind) runConfig {
+		rc := runConfig{
+			seed:     defaultSeed,
+			nodes:    nodes,
+			kinds:    kinds,
+			overlap:  0.3,
+			duration: duration,
+			quiet:    2 * time.Second,
+			hold:     [2]time.Duration{time.Second, 2 * time.Second},
+			gap:      300 * time.Millisecond,
+			workload: workloadConfig{
+				duration:       duration,
+				retryAppenders: 2,
+				onceAppenders:  1,
+				batchAppenders: 1,
+				readers:        1,
+				staleReaders:   1,
+				tail:           true,
+				opsPerWorker:   150,
+				think:          duration / 150,
+				trimEvery:      time.Second,
+			},
+			checkTimeout: time.Minute,
+			logs:         3,
+		}
+		if replay {
+			rc.seed = seed
+		}
+		rc.replay = fmt.Sprintf("RAFTLOG_SEED=%d go test -run '^TestLogs$/^%s$' -v ./cluster-test/", rc.seed, name)
+		return rc
+	}
+	t.Run("3-nodes", func(t *testing.T) {
+		t.Parallel()
+		rc := base("3-nodes", 61, 3, logKinds)
+		rc.wantPartialLeaderKill = true
+		runCluster(t, rc)
+	})
+	t.Run("5-nodes-data-loss", func(t *testing.T) {
+		t.Parallel()
+		rc := base("5-nodes-data-loss", 62, 5, dataLossLogKinds)
+		rc.wantRebuild = true
+		runCluster(t, rc)
+	})
 }
 
 // namedLog is a named log a run created: its name and the members the
@@ -172,6 +198,7 @@ func (m *member) logStatus(name string) (nodeStatus, error) {
 		Logs []struct {
 			Name         string `json:"name"`
 			Role         string `json:"role"`
+			Voting       bool   `json:"voting"`
 			LeaderID     string `json:"leader_id"`
 			Term         uint64 `json:"term"`
 			FirstIndex   uint64 `json:"first_index"`
@@ -185,11 +212,78 @@ func (m *member) logStatus(name string) (nodeStatus, error) {
 	}
 	for _, l := range st.Logs {
 		if l.Name == name {
-			return nodeStatus{ID: m.id, Role: l.Role, LeaderID: l.LeaderID, Term: l.Term, LastIndex: l.LastIndex,
+			return nodeStatus{ID: m.id, Role: l.Role, Voting: l.Voting, LeaderID: l.LeaderID, Term: l.Term, LastIndex: l.LastIndex,
 				CommitIndex: l.CommitIndex, AppliedIndex: l.AppliedIndex, FirstIndex: l.FirstIndex}, nil
 		}
 	}
 	return nodeStatus{}, fmt.Errorf("%s does not hold log %s (yet)", m.id, name)
+}
+
+// waitRebuilt waits until m, which came back without its data dir, has
+// its replica of every named log it is a member of back, and returns how
+// many: m runs the log's replica again (it can only have started it empty,
+// to be rebuilt, since its data dir went), the log's leader has a
+// committed configuration in which m votes, m's replica votes (its node
+// opens the vote gate once the rebuild is finished) and it has applied
+// what the leader had committed by then.
+func (c *cluster) waitRebuilt(ctx context.Context, m *member, timeout time.Duration) (int, error) {
+	var names []string
+	for _, l := range c.logs {
+		if slices.Contains(l.members, m) {
+			names = append(names, l.name)
+		}
+	}
+	if len(names) == 0 {
+		return 0, nil
+	}
+	deadline := time.Now().Add(timeout)
+	cl, err := client.Dial(ctx, c.clientAddrs(), &client.Options{RetryTimeout: 5 * time.Second})
+	if err != nil {
+		return 0, err
+	}
+	defer cl.Close()
+	for _, name := range names {
+		var why string
+		var commit uint64
+		err := poll(ctx, time.Until(deadline), func() (bool, error) {
+			st, err := m.logStatus(name)
+			if err != nil {
+				why = err.Error()
+				return false, nil
+			}
+			if !st.Voting {
+				why = fmt.Sprintf("%s's replica (%s) does not vote yet", m.id, st.Role)
+				return false, nil
+			}
+			dctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			d, err := cl.Log(name).Describe(dctx)
+			cancel()
+			if err != nil {
+				why = "describing the log: " + err.Error()
+				return false, nil
+			}
+			if d.ConfigIndex == 0 || d.ConfigIndex > d.CommitIndex {
+				why = fmt.Sprintf("the leader's configuration (index %d) is not committed (commit index %d)", d.ConfigIndex, d.CommitIndex)
+				return false, nil
+			}
+			for _, dm := range d.Members {
+				if dm.NodeID == m.id {
+					why = fmt.Sprintf("%s is a %s of the log", m.id, dm.Role)
+					commit = d.CommitIndex
+					return dm.Role == transport.RoleFollower || dm.Role == transport.RoleLeader, nil
+				}
+			}
+			why = fmt.Sprintf("%s is not a member of the log", m.id)
+			return false, nil
+		})
+		if err != nil {
+			return 0, fmt.Errorf("%s's replica of log %s not rebuilt within %v (%s): %w", m.id, name, timeout, why, err)
+		}
+		if err := c.waitLogApplied(ctx, name, commit, max(time.Until(deadline), pollInterval), m); err != nil {
+			return 0, fmt.Errorf("%s's rebuilt replica: %w", m.id, err)
+		}
+	}
+	return len(names), nil
 }
 
 // leads returns the logs, the default one included (as

@@ -116,6 +116,9 @@ type nemesis struct {
 	// partialLeaderKills counts SIGKILLs of a node that led some of the
 	// logs it held and not others (runs with named logs only).
 	partialLeaderKills int
+	// rebuilds counts the replicas of named logs that wiped members got
+	// back, rebuilt (cluster.waitRebuilt).
+	rebuilds int
 }
 
 func newNemesis(c *cluster, rec *recorder, seed uint64, hold [2]time.Duration, overlap float64, probe func(context.Context)) *nemesis {
@@ -535,6 +538,16 @@ func (n *nemesis) caughtUp(ctx context.Context, m *member) error {
 	if err := n.c.waitVoter(ctx, m, catchUpTimeout); err != nil {
 		return err
 	}
+	// So does each of its replicas of the named logs: until it is rebuilt
+	// and votes again, its log runs on its other two replicas, and a
+	// second fault on one of them would stall it.
+	rebuilt, err := n.c.waitRebuilt(ctx, m, catchUpTimeout)
+	if err != nil {
+		return err
+	}
+	n.mu.Lock()
+	n.rebuilds += rebuilt
+	n.mu.Unlock()
 	_, installs := m.snapshotInstalls()
 	if st, err := m.status(); err == nil && st.FirstIndex > 1 && installs > 0 {
 		n.mu.Lock()
@@ -565,20 +578,6 @@ func (n *nemesis) partialLeaderKillCount() int {
 	return n.partialLeaderKills
 }
 
-// withoutDataLoss returns the kinds of kinds that keep every node's data
-// dir: a replica of a named log whose data dir is lost bootstraps the log
-// again instead of rejoining it as a new member (README, "Named logs",
-// "Not yet"), so runs with named logs leave those nemeses out.
-func withoutDataLoss(kinds []faultKind) []faultKind {
-	var out []faultKind
-	for _, k := range kinds {
-		if !k.losesData() {
-			out = append(out, k)
-		}
-	}
-	return out
-}
-
 // withoutLogFaults returns the kinds of kinds that need no named log.
 func withoutLogFaults(kinds []faultKind) []faultKind {
 	var out []faultKind
@@ -588,6 +587,14 @@ func withoutLogFaults(kinds []faultKind) []faultKind {
 		}
 	}
 	return out
+}
+
+// rebuildCount returns how many replicas of named logs wiped members got
+// back, rebuilt.
+func (n *nemesis) rebuildCount() int {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	return n.rebuilds
 }
 
 // snapshotRejoinCount returns how many wiped members were rebuilt from a

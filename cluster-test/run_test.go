@@ -33,8 +33,9 @@ type runConfig struct {
 	checkTimeout time.Duration // porcupine gives up after this
 	// logs, when not 0, is how many named logs (of logReplicas replicas)
 	// the run creates beside the default log, each with a workload of
-	// its own shaped like workload and checked on its own. The nemeses
-	// that lose a node's data dir are left out (see TestLogs).
+	// its own shaped like workload and checked on its own. A node that
+	// loses its data dir gets its replicas of them rebuilt, and the
+	// nemesis waits for that before it strikes again (caughtUp).
 	logs int
 	// wantPartialLeaderKill makes the run fail unless a node was
 	// SIGKILLed while it led some of the logs it held and not others.
@@ -48,6 +49,9 @@ type runConfig struct {
 	// rebuilt from a snapshot stream after a trim (see
 	// nemesis.snapshotRejoins).
 	wantSnapshotRejoin bool
+	// wantRebuild makes the run fail unless a wiped node got a replica
+	// of a named log back, rebuilt (see cluster.waitRebuilt).
+	wantRebuild bool
 }
 
 func (rc runConfig) String() string {
@@ -117,8 +121,7 @@ func seededConfig(seed uint64, duration time.Duration) runConfig {
 	}
 	// A third of the seeds (not the CI seeds, ciSeeds) run three named
 	// logs beside the default log, with kill-log-leader among the
-	// nemeses and those that lose a data dir left out (see TestLogs).
-	// The choice has a random stream of its own too.
+	// nemeses. The choice has a random stream of its own too.
 	if lrng := rand.New(rand.NewPCG(seed, 0x6c6f6773)); lrng.IntN(3) == 0 {
 		rc.logs = seededLogs
 		rc.kinds = append(rc.kinds, faultKillLogLeader)
@@ -152,13 +155,7 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 	if left := leftOut(rc.kinds, kinds); len(left) > 0 {
 		t.Logf("leaving out %v: too few nodes, or node serve has no --fault-injection", left)
 	}
-	if rc.logs > 0 {
-		kept := withoutDataLoss(kinds)
-		if left := leftOut(kinds, kept); len(left) > 0 {
-			t.Logf("leaving out %v: a named log's replica whose data dir is lost does not rejoin yet", left)
-		}
-		kinds = kept
-	} else {
+	if rc.logs == 0 {
 		kinds = withoutLogFaults(kinds)
 	}
 	inject := false
@@ -209,6 +206,11 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 		t.Logf("seed %d: %d SIGKILLs of a node leading some of its logs and not others", rc.seed, n)
 		if rc.wantPartialLeaderKill && n == 0 {
 			t.Errorf("seed %d: no node was SIGKILLed while leading some of its logs and not others (faults %s)", rc.seed, formatCounts(nm.faultCounts()))
+		}
+		r := nm.rebuildCount()
+		t.Logf("seed %d: %d replicas of named logs rebuilt on wiped nodes", rc.seed, r)
+		if rc.wantRebuild && r == 0 {
+			t.Errorf("seed %d: no wiped node got a replica of a named log back (faults %s)", rc.seed, formatCounts(nm.faultCounts()))
 		}
 	}
 	replay := rc.replay

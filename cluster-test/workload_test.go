@@ -137,9 +137,15 @@ func startWorkload(ctx context.Context, c *cluster, rec *recorder, cfg workloadC
 		if err != nil {
 			return fail(err)
 		}
+		// A named log's stale reads go to its members: on 5 nodes, two do
+		// not hold a log of 3 replicas.
+		ms := c.members
+		if cfg.log != "" {
+			ms = c.logMembers(cfg.log)
+		}
 		for range cfg.staleReaders {
 			w.spawn(ctx, 1, func(ctx context.Context, lane int, rng *rand.Rand, i int) {
-				m := c.members[rng.IntN(len(c.members))]
+				m := ms[rng.IntN(len(ms))]
 				w.read(ctx, cl, lane, rng, m.clientAddr)
 			})
 		}

@@ -34,6 +34,12 @@ func (n *Node) failStop(err error) {
 	n.failOnce.Do(func() {
 		n.failErr = err
 		n.cfg.Logger.Error("storage failed: stopping the node; restart it to recover what was durable", "error", err)
+		// Until Close has shut every raft group down, none takes a new
+		// term, which it could not store (voteGate.stopRaft).
+		if n.gate != nil {
+			n.gate.stopRaft()
+		}
+		n.host.stopRaft()
 		close(n.failed)
 		go n.Close()
 	})

@@ -183,6 +183,19 @@ type faultFS struct {
 	vfs.FS
 	failed  atomic.Bool
 	noSpace atomic.Bool // new files and preallocation fail with ENOSPC; free space reads 0
+	// stall, when set (by tests only), holds every sync until the channel
+	// is closed; stalled counts the syncs it holds.
+	stall   atomic.Pointer[chan struct{}]
+	stalled atomic.Int32
+}
+
+// wait holds a sync while the file system is stalled.
+func (fs *faultFS) wait() {
+	if ch := fs.stall.Load(); ch != nil {
+		fs.stalled.Add(1)
+		<-*ch
+		fs.stalled.Add(-1)
+	}
 }
 
 func (fs *faultFS) fail() { fs.failed.Store(true) }
@@ -234,6 +247,7 @@ func (f *faultFile) Allocate(size int64) error {
 }
 
 func (f *faultFile) Sync() error {
+	f.fs.wait()
 	if err := f.fs.err("sync", f.Name()); err != nil {
 		return err
 	}
@@ -254,6 +268,7 @@ type faultMapping struct {
 }
 
 func (m *faultMapping) Sync(off, n int) error {
+	m.f.fs.wait()
 	if err := m.f.fs.err("msync", m.f.Name()); err != nil {
 		return err
 	}

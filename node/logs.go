@@ -65,6 +65,7 @@ type logHost struct {
 	mu     sync.Mutex
 	logs   map[uint64]*hostedLog // by log id; guarded by mu
 	closed bool                  // set by stopLogs; guarded by mu
+	failed bool                  // set by stopRaft; guarded by mu
 	warned map[uint64]bool       // logs warnLost has warned of; guarded by mu
 	born   uint64                // logsBorn's value once read (ids start at 1); owned by reconcileLoop
 	// drained are the nodes this node, leading, removed once drained
@@ -107,6 +108,18 @@ func (h *logHost) allDamaged() map[uint64]damagedLog {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return maps.Clone(h.damaged)
+}
+
+// stopRaft keeps the raft groups of the replicas running, and of those
+// that start later, from taking a new term (voteGate.stopRaft): the
+// node's store failed.
+func (h *logHost) stopRaft() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.failed = true
+	for _, l := range h.logs {
+		l.gate.stopRaft()
+	}
 }
 
 // hosted returns the running replica of log id, nil if none.
@@ -519,6 +532,9 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if n.host.logs == nil {
 		n.host.logs = map[uint64]*hostedLog{}
 	}
+	if n.host.failed {
+		gate.stopRaft()
+	}
 	n.host.logs[l.ID] = &hostedLog{id: l.ID, name: l.Name, r: r, tr: tr, gate: gate}
 	n.host.mu.Unlock()
 	c.Logger.Info("started a log's replica", "log", l.Name, "id", l.ID, "bootstrapped", !existing && !lost && slices.Contains(l.Initial, c.ID), "rebuilding", lost)
@@ -807,7 +823,8 @@ func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogReques
 // describe describes a log its leader r serves (or any replica r, for a
 // Local request): info, and how r's raft group stands. A member's
 // CaughtUp is known for the leader only (raft does not tell a follower's
-// progress). The configuration is read before the indexes, so that
+// progress). ConfigIndex is configIndex's bound on the configuration's
+// index, and the commit index is read after it, so that on a leader
 // ConfigIndex <= CommitIndex proves the roles committed.
 //
 // hosts are the nodes the catalog has the log on, a move's joining node
@@ -815,14 +832,11 @@ func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogReques
 // Leaving.
 func describe(info transport.LogInfo, hosts []string, r *replica.Replica, s *catalog.State) *transport.DescribeLogResponse {
 	rf := r.Raft()
-	var (
-		servers     []raft.Server
-		configIndex uint64
-	)
-	if f := rf.GetConfiguration(); f.Error() == nil {
-		servers, configIndex = f.Configuration().Servers, f.Index()
-	}
-	resp := &transport.DescribeLogResponse{Log: info, LastIndex: rf.LastIndex(), CommitIndex: rf.CommitIndex(), Bytes: r.FSM().RecordBytes(), ConfigIndex: configIndex}
+	c, _ := readConfig(rf)
+	servers := c.servers
+	resp := &transport.DescribeLogResponse{Log: info, LastIndex: rf.LastIndex(), ConfigIndex: c.index}
+	resp.CommitIndex = awaitCommit(rf, c.index)
+	resp.Bytes = r.FSM().RecordBytes()
 	if floor := r.FSM().ReadView().Floor; resp.LastIndex >= floor {
 		resp.FirstIndex = floor
 	}

@@ -17,9 +17,14 @@ import (
 
 // logStatus is one log's replica on this node, as /status shows it.
 type logStatus struct {
-	Name         string `json:"name"`
-	ID           uint64 `json:"id"`
-	Role         string `json:"role"`
+	Name string `json:"name"`
+	ID   uint64 `json:"id"`
+	Role string `json:"role"`
+	// Voting says whether the replica votes in its log's elections: false
+	// while a replica that lost its data (its node's data dir was wiped)
+	// is being rebuilt, until its rebuild is finished (moves.go), and for
+	// the default log on a new member until it is promoted (rejoin.go).
+	Voting       bool   `json:"voting"`
 	LeaderID     string `json:"leader_id,omitempty"`
 	Term         uint64 `json:"term"`
 	FirstIndex   uint64 `json:"first_index"`
@@ -36,19 +41,21 @@ type logStatus struct {
 // start on the node because its data here is damaged.
 const roleDamaged = "Damaged"
 
-// namedReplica is a replica with its log's name and id.
+// namedReplica is a replica with its log's name and id, and the vote
+// gate of its raft transport.
 type namedReplica struct {
 	name string
 	id   uint64
 	r    *replica.Replica
+	gate *voteGate
 }
 
 // replicas returns the default log's replica and those of the named logs
 // running here, by name.
 func (n *Node) replicas() []namedReplica {
-	out := []namedReplica{{transport.DefaultLog, 0, n.log}}
+	out := []namedReplica{{transport.DefaultLog, 0, n.log, n.gate}}
 	for _, h := range n.host.all() {
-		out = append(out, namedReplica{h.name, h.id, h.r})
+		out = append(out, namedReplica{h.name, h.id, h.r, h.gate})
 	}
 	slices.SortFunc(out, func(a, b namedReplica) int { return strings.Compare(a.name, b.name) })
 	return out
@@ -61,7 +68,8 @@ func (n *Node) logStatuses() []logStatus {
 	for _, nr := range n.replicas() {
 		rf := nr.r.Raft()
 		_, leader := rf.LeaderWithID()
-		st := logStatus{Name: nr.name, ID: nr.id, Role: rf.State().String(), LeaderID: string(leader), Term: rf.CurrentTerm(),
+		st := logStatus{Name: nr.name, ID: nr.id, Role: rf.State().String(), Voting: nr.gate.allowed.Load() && !n.removed.Load(),
+			LeaderID: string(leader), Term: rf.CurrentTerm(),
 			LastIndex: rf.LastIndex(), CommitIndex: rf.CommitIndex(), AppliedIndex: nr.r.FSM().Applied.Load(), Bytes: nr.r.FSM().RecordBytes()}
 		if floor := nr.r.FSM().ReadView().Floor; st.LastIndex >= floor {
 			st.FirstIndex = floor

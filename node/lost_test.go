@@ -53,8 +53,16 @@ func TestWipedNodeRebuildsItsReplicas(t *testing.T) {
 			i := slices.IndexFunc(servers, func(s raft.Server) bool { return string(s.ID) == id })
 			out = out || i < 0 || servers[i].Suffrage == raft.Nonvoter
 		}
+		// /status shows whether the replica votes (cluster-test waits on
+		// it): read before the gate, which stays open once open.
+		sts := back.logStatuses()
+		i := slices.IndexFunc(sts, func(st logStatus) bool { return st.Name == "old" })
+		shown := i >= 0 && sts[i].Voting
 		h := back.host.hosted(info.ID)
 		votes := h != nil && h.gate.allowed.Load()
+		if shown && !votes {
+			t.Fatalf("%s's /status shows its replica of log old voting before its vote gate opened", id)
+		}
 		if votes && !out {
 			t.Fatalf("%s votes in log old before its old voter was demoted and it was added again", id)
 		}
@@ -65,7 +73,7 @@ func TestWipedNodeRebuildsItsReplicas(t *testing.T) {
 				voters++
 			}
 		}
-		return votes && !l.Moving() && !l.Lost(id) && voters == 3 &&
+		return shown && votes && !l.Moving() && !l.Lost(id) && voters == 3 &&
 			slices.ContainsFunc(servers, func(s raft.Server) bool { return string(s.ID) == id && s.Suffrage == raft.Voter })
 	})
 	for i, r := range appendLog(t, ctx, cl.Log("old"), "after", 5) {

@@ -251,3 +251,90 @@ func TestRemoveRefusedWhenNoNodeCanTakeAReplica(t *testing.T) {
 		t.Fatalf("%s after the refused remove: %+v (known %v); want it active", victim.ID(), nd, ok)
 	}
 }
+
+// DescribeLog's ConfigIndex bounds the index of the configuration the
+// members' roles come from, so that ConfigIndex <= CommitIndex proves them
+// committed, which the planner relies on (plan, beginRebuild). It was
+// always 0 (hashicorp/raft v1.8.0's ConfigurationFuture.Index is), so a
+// configuration the log's leader had only appended passed for committed.
+func TestDescribeLogConfigIndex(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.FaultInjection = true })
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, &client.Options{RetryTimeout: time.Minute})
+	info, err := cl.CreateLog(ctx, "conf", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("conf"), "conf", 20)
+	var lead *Node
+	waitFor(t, "a leader of log conf", func() bool { lead = logLeader(c, info.ID); return lead != nil })
+	h := lead.host.hosted(info.ID)
+	d := describe(logInfo(mustLog(t, lead, info.ID)), info.Members, h.r, lead.catalog.State())
+	newest := newestConfigEntry(t, h)
+	if d.ConfigIndex < newest || d.ConfigIndex > d.CommitIndex {
+		t.Fatalf("described with ConfigIndex %d, CommitIndex %d; the newest configuration entry is at %d and committed", d.ConfigIndex, d.CommitIndex, newest)
+	}
+
+	// Cut the leader off, and have it append a configuration that cannot
+	// commit: ConfigIndex must say so.
+	heal := c.partitionFrom(lead)
+	defer heal()
+	f := h.r.Raft().AddNonvoter("ghost", "127.0.0.1:1", 0, 0)
+	failed := errCh(f)
+	waitFor(t, "the ghost's configuration appended", func() bool {
+		select {
+		case <-failed:
+			t.Fatalf("adding a nonvoter on the cut-off leader: %v (it stepped down first)", f.Error())
+		default:
+		}
+		return newestConfigEntry(t, h) > d.CommitIndex
+	})
+	d = describe(logInfo(mustLog(t, lead, info.ID)), info.Members, h.r, lead.catalog.State())
+	if newest := newestConfigEntry(t, h); d.ConfigIndex < newest || d.ConfigIndex <= d.CommitIndex {
+		t.Fatalf("described with ConfigIndex %d, CommitIndex %d; the newest configuration entry is at %d, not committed", d.ConfigIndex, d.CommitIndex, newest)
+	}
+}
+
+// errCh returns a channel closed once f has completed.
+func errCh(f raft.Future) <-chan struct{} {
+	done := make(chan struct{})
+	go func() { f.Error(); close(done) }()
+	return done
+}
+
+// mustLog returns log id from n's catalog.
+func mustLog(t *testing.T, n *Node, id uint64) catalog.Log {
+	t.Helper()
+	l, ok := n.catalog.State().LogByID(id)
+	if !ok {
+		t.Fatalf("log %d not in %s's catalog", id, n.ID())
+	}
+	return l
+}
+
+// newestConfigEntry returns the index of the newest configuration entry
+// in h's raft log (0: none, the configuration came from a snapshot).
+func newestConfigEntry(t *testing.T, h *hostedLog) uint64 {
+	t.Helper()
+	v := h.r.View()
+	first, err := v.Live.FirstIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	last, err := v.Live.LastIndex()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := last; i >= first && i > 0; i-- {
+		var l raft.Log
+		if err := v.Live.GetLog(i, &l); err != nil {
+			t.Fatalf("entry %d: %v", i, err)
+		}
+		if l.Type == raft.LogConfiguration {
+			return i
+		}
+	}
+	return 0
+}

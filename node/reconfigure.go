@@ -19,16 +19,48 @@ const catchUpProbe = 2 * time.Second
 // one round of reconfigure.
 type groupConfig struct {
 	servers []raft.Server
-	index   uint64 // the configuration's index
+	// index is at or above the index of the configuration's entry, on a
+	// leader (see readConfig); 0 when the configuration could not be read.
+	index uint64
 }
 
-// readConfig reads rf's latest configuration.
+// readConfig reads rf's latest configuration, and bounds its index: the
+// last index read after it. hashicorp/raft v1.8.0 does not give a
+// configuration's own index (ConfigurationFuture.Index is always 0: its
+// GetConfiguration skips the main loop, which knows it). A leader stores
+// a configuration's entry in its log before it makes it its latest, so
+// on a leader that configuration is committed once the commit index
+// reaches the bound. (A follower takes a configuration from an entry
+// before it advances its last index, so there the bound can fall short
+// by the entries of one AppendEntries.)
 func readConfig(rf *raft.Raft) (groupConfig, bool) {
 	f := rf.GetConfiguration()
 	if f.Error() != nil {
 		return groupConfig{}, false
 	}
-	return groupConfig{servers: f.Configuration().Servers, index: f.Index()}, true
+	return groupConfig{servers: f.Configuration().Servers, index: rf.LastIndex()}, true
+}
+
+// commitWait bounds how long awaitCommit waits.
+const commitWait = 250 * time.Millisecond
+
+// awaitCommit returns rf's commit index once it reaches index, or after
+// commitWait: a leader's last index is usually ahead of its commit index
+// by the entries in flight, and a bound from readConfig would otherwise
+// seldom prove a configuration committed on a busy log. It waits only on
+// a leader (a follower learns the commit index from its leader's next
+// AppendEntries, up to a heartbeat away).
+func awaitCommit(rf *raft.Raft, index uint64) uint64 {
+	commit := rf.CommitIndex()
+	if commit >= index || rf.State() != raft.Leader {
+		return commit
+	}
+	deadline := time.Now().Add(commitWait)
+	for commit < index && time.Now().Before(deadline) && rf.State() == raft.Leader {
+		time.Sleep(2 * time.Millisecond) // raft signals no commit to a waiter outside it
+		commit = rf.CommitIndex()
+	}
+	return commit
 }
 
 // suffrage returns node id's suffrage, and false when it is not in the

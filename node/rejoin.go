@@ -50,8 +50,60 @@ type voteGate struct {
 	out     chan raft.RPC
 	done    chan struct{}
 	allowed atomic.Bool               // voting allowed
+	failed  atomic.Bool               // the node's store failed (stopRaft): no new term, ever
 	raft    atomic.Pointer[raft.Raft] // for the current term, once started
 	self    raft.RPCHeader
+}
+
+// votes reports whether the node may grant and request votes.
+func (g *voteGate) votes() bool { return g.allowed.Load() && !g.failed.Load() }
+
+// stopRaft keeps raft from taking a new term from then on: once the
+// node's store has failed, raft cannot store a term, and hashicorp/raft
+// v1.8.0 panics when it fails to (setCurrentTerm), while the node is
+// still shutting its raft groups down (failStop). So the gate refuses
+// every vote, sends none (raft campaigns only after a pre-vote it wins,
+// except when told to by TimeoutNow, which it refuses too), and refuses
+// every AppendEntries and InstallSnapshot of a newer term than raft's.
+// The node's raft groups then hold their terms until they shut down.
+func (g *voteGate) stopRaft() { g.failed.Store(true) }
+
+// errStoreFailed refuses, once the node's store has failed, what would
+// make raft store a new term.
+var errStoreFailed = errors.New("node: the node's store failed; it is stopping and takes no new term")
+
+// refuse answers rpc itself when the gate keeps it from raft, and reports
+// whether it did.
+func (g *voteGate) refuse(rpc raft.RPC) bool {
+	votes := g.votes()
+	switch cmd := rpc.Command.(type) {
+	case *raft.RequestVoteRequest:
+		if !votes {
+			rpc.Respond(&raft.RequestVoteResponse{RPCHeader: g.self, Term: g.term(), Granted: false}, nil)
+			return true
+		}
+	case *raft.RequestPreVoteRequest:
+		if !votes {
+			rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: g.self, Term: g.term(), Granted: false}, nil)
+			return true
+		}
+	case *raft.AppendEntriesRequest:
+		if g.failed.Load() && cmd.Term > g.term() {
+			rpc.Respond(nil, errStoreFailed)
+			return true
+		}
+	case *raft.InstallSnapshotRequest:
+		if g.failed.Load() && cmd.Term > g.term() {
+			rpc.Respond(nil, errStoreFailed)
+			return true
+		}
+	case *raft.TimeoutNowRequest:
+		if g.failed.Load() {
+			rpc.Respond(nil, errStoreFailed)
+			return true
+		}
+	}
+	return false
 }
 
 // netTransport is the raft transport a voteGate wraps:
@@ -89,15 +141,8 @@ func (g *voteGate) run() {
 		case <-g.done:
 			return
 		}
-		if !g.allowed.Load() {
-			switch rpc.Command.(type) {
-			case *raft.RequestVoteRequest:
-				rpc.Respond(&raft.RequestVoteResponse{RPCHeader: g.self, Term: g.term(), Granted: false}, nil)
-				continue
-			case *raft.RequestPreVoteRequest:
-				rpc.Respond(&raft.RequestPreVoteResponse{RPCHeader: g.self, Term: g.term(), Granted: false}, nil)
-				continue
-			}
+		if g.refuse(rpc) {
+			continue
 		}
 		select {
 		case g.out <- rpc:
@@ -109,8 +154,11 @@ func (g *voteGate) run() {
 
 // timeoutNow hands raft a TimeoutNow request, as a leader transferring its
 // leadership sends one: raft campaigns at once (leadergone.go). It does not
-// wait for raft's answer.
+// wait for raft's answer. It does nothing once the store failed.
 func (g *voteGate) timeoutNow() {
+	if g.failed.Load() {
+		return
+	}
 	rpc := raft.RPC{
 		Command:  &raft.TimeoutNowRequest{RPCHeader: g.self},
 		RespChan: make(chan raft.RPCResponse, 1),
@@ -142,7 +190,7 @@ var errNotVoterYet = errors.New("node: a new member does not campaign before it 
 
 // RequestVote implements raft.Transport.
 func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestVoteRequest, resp *raft.RequestVoteResponse) error {
-	if !g.allowed.Load() {
+	if !g.votes() {
 		return errNotVoterYet
 	}
 	return g.netTransport.RequestVote(id, target, args, resp)
@@ -150,7 +198,7 @@ func (g *voteGate) RequestVote(id raft.ServerID, target raft.ServerAddress, args
 
 // RequestPreVote implements raft.WithPreVote.
 func (g *voteGate) RequestPreVote(id raft.ServerID, target raft.ServerAddress, args *raft.RequestPreVoteRequest, resp *raft.RequestPreVoteResponse) error {
-	if !g.allowed.Load() {
+	if !g.votes() {
 		return errNotVoterYet
 	}
 	return g.netTransport.RequestPreVote(id, target, args, resp)

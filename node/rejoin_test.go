@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -208,4 +209,72 @@ func newPeerTransport(t *testing.T, kind RaftTransportKind, layer raft.StreamLay
 	}
 	t.Cleanup(func() { tr.Close() })
 	return tr
+}
+
+// Once the node's store has failed, its raft groups take no new term
+// until they are shut down: hashicorp/raft panics when it cannot store
+// one, and a node whose disk failed panicked so while it stopped, on a
+// RequestVote of a newer term (cluster-test TestRandomized seed 76,
+// disk-failure, with named logs: more groups, a longer stop). The gate
+// answers votes itself, refuses AppendEntries and InstallSnapshot of a
+// newer term and TimeoutNow, and sends no vote request; an AppendEntries
+// of raft's own term still reaches raft.
+func TestFailedStoreTakesNoNewTerm(t *testing.T) {
+	listen := func() netTransport {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newPeerTransport(t, RaftTransportNative, &streamLayer{Listener: ln, dial: dialTCP})
+	}
+	server, client := listen(), listen()
+	g := newVoteGate(server, true, "n1")
+	defer g.Close()
+	g.stopRaft()
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n2"), Addr: []byte(client.LocalAddr())}
+	for _, tt := range []struct {
+		what    string
+		call    func() error
+		reaches bool // the RPC reaches raft (the consumer)
+	}{
+		{"AppendEntries of a newer term", func() error {
+			return client.AppendEntries("n1", server.LocalAddr(), &raft.AppendEntriesRequest{RPCHeader: hdr, Term: 7}, &raft.AppendEntriesResponse{})
+		}, false},
+		{"RequestVote of a newer term", func() error {
+			var resp raft.RequestVoteResponse
+			if err := client.RequestVote("n1", server.LocalAddr(), &raft.RequestVoteRequest{RPCHeader: hdr, Term: 7}, &resp); err != nil {
+				return err
+			}
+			if resp.Granted {
+				t.Errorf("a vote granted after the store failed")
+			}
+			return nil
+		}, false},
+		{"TimeoutNow", func() error {
+			return client.TimeoutNow("n1", server.LocalAddr(), &raft.TimeoutNowRequest{RPCHeader: hdr}, &raft.TimeoutNowResponse{})
+		}, false},
+		{"AppendEntries of raft's term", func() error {
+			return client.AppendEntries("n1", server.LocalAddr(), &raft.AppendEntriesRequest{RPCHeader: hdr, Term: 0}, &raft.AppendEntriesResponse{})
+		}, true},
+	} {
+		done := make(chan error, 1)
+		go func() { done <- tt.call() }()
+		select {
+		case rpc := <-g.Consumer():
+			rpc.Respond(&raft.AppendEntriesResponse{Success: true}, nil)
+			if !tt.reaches {
+				t.Errorf("%s reached raft after the store failed", tt.what)
+			}
+			<-done
+		case err := <-done:
+			if tt.reaches {
+				t.Errorf("%s answered by the gate (%v), not raft", tt.what, err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: no answer", tt.what)
+		}
+	}
+	if err := g.RequestPreVote("n2", raft.ServerAddress(client.LocalAddr()), &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: 7}, &raft.RequestPreVoteResponse{}); !errors.Is(err, errNotVoterYet) {
+		t.Errorf("a pre-vote requested after the store failed: %v", err)
+	}
 }

@@ -99,6 +99,11 @@ type Replica struct {
 	cancel  context.CancelFunc
 	wg      sync.WaitGroup // the loops Start began
 	snapReq chan struct{}
+	// raftDown is closed once raft has shut down (Shutdown): a future it
+	// has not answered by then it never will (await). Closed once, under
+	// downOnce.
+	raftDown chan struct{}
+	downOnce sync.Once
 
 	lmu   sync.Mutex
 	stint *Stint // guarded by lmu; nil when not leader
@@ -119,7 +124,7 @@ func Open(cfg Config) (*Replica, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = hclog.NewNullLogger()
 	}
-	r := &Replica{cfg: cfg, snapReq: make(chan struct{}, 1)}
+	r := &Replica{cfg: cfg, snapReq: make(chan struct{}, 1), raftDown: make(chan struct{})}
 	r.ctx, r.cancel = context.WithCancel(context.Background())
 	var err error
 	if r.view, err = NewLogView(cfg.DB, GroupsOf(cfg.Log)); err != nil {
@@ -135,7 +140,7 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	r.snap.Fail = cfg.Fail
 	maxBatch := raftMaxAppendEntries
-	r.prop = NewProposer(ApplierFunc(r.Apply), cfg.BatchLinger, maxBatch, cfg.BatchesInFlight, cfg.Batch)
+	r.prop = NewProposer(ApplierFunc(r.apply), cfg.BatchLinger, maxBatch, cfg.BatchesInFlight, cfg.Batch)
 	return r, nil
 }
 
@@ -242,19 +247,34 @@ func (r *Replica) Shutdown() error {
 }
 
 // StopRaft drains raft's queue (Drain) and shuts raft down; the replica's
-// loops go on until Shutdown. It may be called more than once.
+// loops go on until Shutdown. Once raft is down, a future it did not
+// answer gives up (await). It may be called more than once.
 func (r *Replica) StopRaft() error {
 	if r.raft == nil {
 		return nil
 	}
 	r.Drain()
-	return r.raft.Shutdown().Error()
+	err := r.raft.Shutdown().Error()
+	r.downOnce.Do(func() { close(r.raftDown) })
+	return err
 }
 
 // Apply hands cmd to raft (raft.Apply), or fails with raft.ErrRaftShutdown
-// once the replica drains. Every command of the replica and of its node
-// goes through it.
+// once the replica drains; the future's Error gives up with
+// raft.ErrRaftShutdown if raft shuts down without answering it (await),
+// and Index and Response are then not to be called. Every command of the
+// replica and of its node but the proposer's goes through it.
 func (r *Replica) Apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
+	f := r.apply(cmd, timeout)
+	if _, failed := f.(errFuture); failed {
+		return f
+	}
+	return guardedFuture{f, r}
+}
+
+// apply is Apply without the guard: the proposer's futures are waited on
+// with await, all of a request at once.
+func (r *Replica) apply(cmd []byte, timeout time.Duration) raft.ApplyFuture {
 	r.applyMu.RLock()
 	defer r.applyMu.RUnlock()
 	if r.draining {
@@ -268,13 +288,15 @@ const drainTimeout = 5 * time.Second
 
 // Drain stops new commands (Apply fails with raft.ErrRaftShutdown) and
 // waits, up to drainTimeout, until raft has taken every command already
-// in its queue. raft (v1.8.0, with BatchApplyCh) never answers a command
-// still in its queue when it shuts down, and a caller waiting on its
-// future (an append, the leader's first entry) would wait for ever: raft
-// takes from its queue in every state, answering a follower's commands
-// with ErrNotLeader and a leader's once committed, or ErrLeadershipLost
-// when it steps down or shuts down, so a barrier queued behind them is
-// answered once they were all taken. It may be called more than once.
+// in its queue, so that each gets its real answer. raft (v1.8.0, with
+// BatchApplyCh) never answers a command still in its queue when it shuts
+// down (hashicorp/raft#498); it takes from its queue in every state,
+// answering a follower's commands with ErrNotLeader and a leader's once
+// committed, or ErrLeadershipLost when it steps down or shuts down, so a
+// barrier queued behind them is answered once they were all taken. When
+// raft takes nothing for drainTimeout (its store stalled), the commands
+// left are given up on once raft is down (await). It may be called more
+// than once.
 func (r *Replica) Drain() {
 	r.drainOnce.Do(func() {
 		r.applyMu.Lock()
@@ -290,7 +312,7 @@ func (r *Replica) Drain() {
 		select {
 		case <-done:
 		case <-t.C:
-			r.cfg.Logger.Warn("raft took no command from its queue for a while; shutting down with commands queued (their callers wait for ever)", "waited", drainTimeout)
+			r.cfg.Logger.Warn("raft took no command from its queue for a while; shutting down with commands queued, given up on", "waited", drainTimeout)
 		}
 	})
 }
@@ -301,6 +323,46 @@ type errFuture struct{ err error }
 func (f errFuture) Error() error          { return f.err }
 func (f errFuture) Index() uint64         { return 0 }
 func (f errFuture) Response() interface{} { return nil }
+
+// guardedFuture is Apply's future.
+type guardedFuture struct {
+	raft.ApplyFuture
+	r *Replica
+}
+
+// Error implements raft.Future.
+func (g guardedFuture) Error() error {
+	if !await(g.r, []raft.ApplyFuture{g.ApplyFuture}) {
+		return raft.ErrRaftShutdown
+	}
+	return g.ApplyFuture.Error()
+}
+
+// await waits until every future of fs has completed, and reports true;
+// false when raft has shut down with one still unanswered: then that one
+// never will be (see Drain). The futures are waited on by a goroutine of
+// their own, which stays blocked on such a future after the replica gave
+// up on it.
+func await[F raft.Future](r *Replica, fs []F) bool {
+	done := make(chan struct{})
+	go func() {
+		for _, f := range fs {
+			f.Error()
+		}
+		close(done)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-r.raftDown:
+		select {
+		case <-done:
+			return true
+		default:
+			return false
+		}
+	}
+}
 
 // RequestSnapshot asks for a snapshot, which deletes trimmed entries once
 // durable.

@@ -198,10 +198,13 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 	pr := r.prop.Propose(cmds)
 	turn.Pass()
 	futures := pr.Futures
-	for _, f := range futures {
-		f.Error()
-	}
+	answered := await(r, futures)
 	r.prop.Finish(pr)
+	if !answered {
+		// Some entries may be stored: with a client id, a retry stores
+		// the rest exactly once.
+		return nil, r.RaftError(raft.ErrRaftShutdown)
+	}
 	var (
 		firstErr error
 		reached  bool // some entry reached raft's log: the append may be stored in part

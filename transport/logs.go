@@ -213,9 +213,11 @@ type DescribeLogResponse struct {
 	// server of the log's raft configuration, in the catalog's order then
 	// by node id.
 	Members []LogMember `msgpack:"members,omitempty"`
-	// ConfigIndex is the index of the raft configuration the members'
-	// roles come from; that configuration is committed when ConfigIndex
-	// is at most CommitIndex. 0 when unknown.
+	// ConfigIndex is at or above the index of the raft configuration the
+	// members' roles come from (raftlog's nodes give the last index they
+	// read after the configuration); when the log's leader answers, that
+	// configuration is committed if ConfigIndex is at most CommitIndex.
+	// 0 when unknown.
 	ConfigIndex uint64 `msgpack:"config_index,omitempty"`
 }
 
