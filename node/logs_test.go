@@ -173,16 +173,7 @@ func TestNamedLogs(t *testing.T) {
 // and its snapshot directory; the name can then be created again, empty,
 // with a new id.
 func TestDeleteLogDropsData(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
-	c.waitLeader()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl := clusterClient(t, c, nil)
-	info, err := cl.CreateLog(ctx, "temp", client.CreateLogOptions{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendLog(t, ctx, cl.Log("temp"), "temp", 40)
+	c, ctx, cl, info := withLog(t, "temp", 40)
 	gs := replica.GroupsOf(info.ID)
 	for id, n := range c.nodes {
 		if !slices.Contains(n.db.Groups(), gs.Live) {
@@ -208,6 +199,24 @@ func TestDeleteLogDropsData(t *testing.T) {
 	if got := readLog(t, ctx, cl.Log("temp")); len(got) != 0 {
 		t.Fatalf("temp created again holds %d records of the deleted one", len(got))
 	}
+}
+
+// withLog starts a 3-node cluster with a log name of 3 replicas holding
+// records appended records, and returns a context bounding the test and a
+// client of the cluster.
+func withLog(t *testing.T, name string, records int) (*testCluster, context.Context, *client.Client, *transport.LogInfo) {
+	t.Helper()
+	c := newTestCluster(t, 3, nil)
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	t.Cleanup(cancel)
+	cl := clusterClient(t, c, nil)
+	info, err := cl.CreateLog(ctx, name, client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log(name), name, records)
+	return c, ctx, cl, info
 }
 
 // waitDropped waits until node n holds nothing of log id: no replica, no
@@ -239,16 +248,7 @@ func waitDropped(t *testing.T, c *testCluster, n *Node, id uint64) {
 // node kept the directory for good: the reconciler found logs to drop by
 // their groups only.
 func TestDeleteLogAfterACrashMidDrop(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
-	c.waitLeader()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl := clusterClient(t, c, nil)
-	info, err := cl.CreateLog(ctx, "temp", client.CreateLogOptions{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendLog(t, ctx, cl.Log("temp"), "temp", 20)
+	c, ctx, cl, info := withLog(t, "temp", 20)
 	followers := []*Node{}
 	for _, n := range c.nodes {
 		if !n.IsLeader() {
@@ -283,7 +283,7 @@ func TestDeleteLogAfterACrashMidDrop(t *testing.T) {
 		dir string
 	}{{groupsFirst, groupsFirst.logDir(info.ID)}, {restarted, restarted.logDir(info.ID) + droppingSuffix}} {
 		c.stop(left.n.ID())
-		err = os.MkdirAll(filepath.Join(left.dir, "snapshots", "2-40-1"), 0o755)
+		err := os.MkdirAll(filepath.Join(left.dir, "snapshots", "2-40-1"), 0o755)
 		if err == nil {
 			err = recordLogName(left.dir, "temp")
 		}
@@ -301,16 +301,8 @@ func TestDeleteLogAfterACrashMidDrop(t *testing.T) {
 // finishes it, so the name is free again and no host keeps its data,
 // without the client asking again.
 func TestHalfDoneDeleteFinishes(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	c, ctx, cl, info := withLog(t, "half", 10)
 	lead := c.waitLeader()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cl := clusterClient(t, c, nil)
-	info, err := cl.CreateLog(ctx, "half", client.CreateLogOptions{Replicas: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
-	appendLog(t, ctx, cl.Log("half"), "half", 10)
 	// The first of the two commands, as a leader that died right after it
 	// had committed it.
 	res, err := lead.proposeCatalog(ctx, &catalog.DeleteLog{ID: info.ID})
