@@ -78,7 +78,7 @@ func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *trans
 		}
 		return l.Tail(ctx, r, s)
 	case *transport.BackupRequest:
-		return h.n.backup(ctx, s)
+		return h.n.backup(ctx, r, s)
 	}
 	return &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
 }

@@ -52,6 +52,7 @@ func sampleMessages() []any {
 		&ReadRequest{Log: "orders", From: 3},
 		&TailRequest{Log: "orders-2024_eu", Stale: true},
 		&TrimRequest{Log: "orders", Below: 9},
+		&BackupRequest{Log: "orders"},
 		&Error{Code: CodeNotLeader, Message: "n1 does not lead log \"orders\"", MemberID: "n3", MemberAddr: "10.0.0.3:7000"},
 		&CreateLogRequest{Name: "orders", Replicas: 3, RetentionBytes: 1 << 30, RetentionAge: 7 * 24 * time.Hour},
 		&CreateLogRequest{Name: "o"},

@@ -16,29 +16,35 @@ import (
 	"github.com/raftlog/raftlog/backup"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/node"
+	"github.com/raftlog/raftlog/transport"
 )
 
 // cmdBackup is "node backup".
 func cmdBackup(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
-	var out string
+	var out, logName string
 	fs := newFlagSet(e, "backup", "", `
-Writes a backup of a running cluster to a file: the retained log and the
-state (client sessions included) as of one committed index, at least the
+Writes a backup of a log of a running cluster to a file: the retained log and
+the state (client sessions included) as of one committed index, at least the
 commit index when the backup began, so every append acknowledged before it
-is in the file. The leader sends it while appends go on; entries a trim
-drops meanwhile stay on the leader's disk until the backup ends. The file
-is checked as it arrives and goes to FILE.part, which is renamed to FILE
-once it is complete and synced; FILE must not exist. With TLS, only an
-admin (--tls-admins of the nodes) may take a backup.
-Restore it into a new cluster with 'node restore'.`)
+is in the file. The log's leader sends it while appends go on; entries a
+trim drops meanwhile stay on the leader's disk until the backup ends. The
+file names the log and its settings (replicas, retention). It is checked as
+it arrives and goes to FILE.part, which is renamed to FILE once it is
+complete and synced; FILE must not exist. With TLS, only an admin
+(--tls-admins of the nodes) may take a backup.
+Restore the default log's backup into a new cluster with 'node restore'.`)
 	cf.define(fs)
 	fs.StringVar(&out, "out", "", "the backup `file` to write (required; never taken from the environment); - writes to stdout")
+	logFlag(fs, &logName, "back up")
 	if err := parseClusterCmd(fs, &cf, args); err != nil {
 		return err
 	}
 	if out == "" {
 		return usagef("no output file: give --out FILE")
+	}
+	if err := checkLogFlag(logName); err != nil {
+		return err
 	}
 	report := e.stdout
 	var (
@@ -90,7 +96,7 @@ Restore it into a new cluster with 'node restore'.`)
 	}()
 	bw := bufio.NewWriterSize(dst, 1<<20)
 	start := time.Now()
-	_, err = c.Backup(ctx, io.MultiWriter(bw, pw))
+	_, err = c.Log(logName).Backup(ctx, io.MultiWriter(bw, pw))
 	pw.CloseWithError(err)
 	v := <-checked
 	switch {
@@ -108,9 +114,26 @@ Restore it into a new cluster with 'node restore'.`)
 		}
 		file = nil
 	}
-	fmt.Fprintf(report, "backup of index %d (term %d): %d entries from index %d, %s, in %v, written to %s\n",
-		v.h.Index, v.h.Term, v.s.Entries, v.h.Floor, formatSize(v.s.Size), time.Since(start).Round(time.Millisecond), out)
+	of := ""
+	if logName != transport.DefaultLog {
+		of = "of log " + logName + " "
+	}
+	fmt.Fprintf(report, "backup %sof index %d (term %d): %d entries from index %d, %s, in %v, written to %s\n",
+		of, v.h.Index, v.h.Term, v.s.Entries, v.h.Floor, formatSize(v.s.Size), time.Since(start).Round(time.Millisecond), out)
 	return nil
+}
+
+// describeSource says which log a backup is of, and with what settings.
+func describeSource(h backup.Header) string {
+	l := h.Log
+	if h.Version == 1 {
+		return "the default log (settings not recorded)"
+	}
+	name := "log " + l.Name
+	if l.Name == transport.DefaultLog {
+		name = "the default log"
+	}
+	return fmt.Sprintf("%s (%d replicas, retention %s)", name, l.Replicas, formatRetention(l.RetentionBytes, l.RetentionAge))
 }
 
 // syncAndRename makes the file f, written at part, durable and renames it
@@ -198,8 +221,8 @@ address where a member of the old cluster still runs.
 		if err != nil {
 			return fmt.Errorf("%s: %w", in, err)
 		}
-		fmt.Fprintf(e.stdout, "%s: a raftlog backup, format version %d, of index %d (term %d), taken %s: %d entries from index %d, %s of data, %s in all; every checksum matches\n",
-			in, h.Version, h.Index, h.Term, h.Created.UTC().Format(time.RFC3339), s.Entries, h.Floor, formatSize(int64(s.DataBytes)), formatSize(s.Size))
+		fmt.Fprintf(e.stdout, "%s: a raftlog backup, format version %d, of %s, of index %d (term %d), taken %s: %d entries from index %d, %s of data, %s in all; every checksum matches\n",
+			in, h.Version, describeSource(h), h.Index, h.Term, h.Created.UTC().Format(time.RFC3339), s.Entries, h.Floor, formatSize(int64(s.DataBytes)), formatSize(s.Size))
 		return nil
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "restore", Level: hclog.Warn, Output: e.stderr})
