@@ -169,6 +169,8 @@ func (n *Node) authorize(ctx context.Context, op transport.Op, req any) error {
 		what = fmt.Sprintf("create log %q", r.Name)
 	case *transport.DeleteLogRequest:
 		what = fmt.Sprintf("delete log %q", r.Name)
+	case *transport.RestoreLogRequest:
+		what = fmt.Sprintf("restore log %q", r.Log)
 	default:
 		what = "run " + op.String()
 	}

@@ -85,6 +85,9 @@ func (n *Node) backupSource(field string) (*replica.Replica, backup.Source, erro
 	if h == nil {
 		return nil, backup.Source{}, n.notHosted(l)
 	}
+	if err := h.r.CheckRestored(); err != nil {
+		return nil, backup.Source{}, err
+	}
 	return h.r, backup.Source{Name: name, Replicas: uint32(l.Settings.Replicas),
 		RetentionBytes: uint64(max(l.Settings.RetentionBytes, 0)), RetentionAge: l.Settings.RetentionAge}, nil
 }

@@ -58,6 +58,8 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 		return n.listLogs(), nil
 	case *transport.DescribeLogRequest:
 		return n.describeLog(ctx, r)
+	case *transport.RestoreLogRequest:
+		return n.restoreLog(ctx, r)
 	}
 	return nil, &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
 }

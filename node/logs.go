@@ -153,6 +153,11 @@ func (n *Node) replicaFor(field string) (*replica.Replica, error) {
 		return nil, err
 	}
 	if h := n.host.hosted(l.ID); h != nil {
+		// A log being restored serves nothing until the restore is done
+		// (restorelog.go).
+		if err := h.r.CheckRestored(); err != nil {
+			return nil, err
+		}
 		return h.r, nil
 	}
 	return nil, n.notHosted(l)
@@ -292,8 +297,8 @@ const transferRetry = 3 * time.Second
 func (n *Node) balanceLeaders(s *catalog.State) {
 	for _, h := range n.host.all() {
 		l, ok := s.LogByID(h.id)
-		if !ok || l.State != catalog.LogActive || l.Moving() {
-			continue
+		if !ok || l.State != catalog.LogActive || l.Moving() || n.uploads.active(h.id) {
+			continue // an upload of a restore is the leader's (restorelog.go)
 		}
 		want := l.PreferredLeader()
 		rf := h.r.Raft()

@@ -47,6 +47,9 @@ type Node struct {
 	mux     *transport.RaftMux
 	host    logHost
 	fs      vfs.FS
+	// uploads are the restores into named logs this node receives
+	// (restorelog.go).
+	uploads restoreUploads
 
 	clientLn   net.Listener
 	clientAddr string // advertised

@@ -53,6 +53,8 @@ func sampleMessages() []any {
 		&TailRequest{Log: "orders-2024_eu", Stale: true},
 		&TrimRequest{Log: "orders", Below: 9},
 		&BackupRequest{Log: "orders"},
+		&RestoreLogRequest{Log: "orders", Offset: 1 << 20, Data: []byte("RLBACKUP"), Done: true},
+		&RestoreLogResponse{Received: 3 << 20, BackupIndex: 100, Index: 101, Replicas: 3},
 		&Error{Code: CodeNotLeader, Message: "n1 does not lead log \"orders\"", MemberID: "n3", MemberAddr: "10.0.0.3:7000"},
 		&CreateLogRequest{Name: "orders", Replicas: 3, RetentionBytes: 1 << 30, RetentionAge: 7 * 24 * time.Hour},
 		&CreateLogRequest{Name: "o"},
