@@ -99,6 +99,9 @@ func (n *Node) backupReplica(ctx context.Context, r *replica.Replica, src backup
 	if _, err := r.Linearize(ctx); err != nil {
 		return err
 	}
+	if err := r.CheckRestored(); err != nil {
+		return err
+	}
 	snap, view := r.Snapshots(), r.View()
 	applied := r.FSM().Applied.Load()
 	pin := snap.Hold()

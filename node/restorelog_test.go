@@ -3,7 +3,9 @@ package node
 import (
 	"bytes"
 	"context"
+	"io"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -141,4 +143,218 @@ func TestNamedLogRestore(t *testing.T) {
 	if _, err := cl2.Log("copy").Append(ctx, []byte("after a restart")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// uploadPart sends one part of a restore of b into log name to node n:
+// the bytes [off, end) of b, the last part when end is len(b).
+func uploadPart(t *testing.T, ctx context.Context, n *Node, name string, b []byte, off, end int) (*transport.RestoreLogResponse, error) {
+	t.Helper()
+	conn := dial(t, n)
+	var resp transport.RestoreLogResponse
+	err := conn.Call(ctx, transport.OpRestoreLog, &transport.RestoreLogRequest{Log: name, Offset: uint64(off), Data: b[off:end], Done: end == len(b)}, &resp)
+	return &resp, err
+}
+
+// leaderOfLog waits for a leader of log name on c, its preferred leader
+// (which leadership moves to while it runs) if preferred is set, and
+// returns it.
+func leaderOfLog(t *testing.T, c *testCluster, name string, preferred bool) *Node {
+	t.Helper()
+	var leader *Node
+	waitFor(t, "a leader of log "+name, func() bool {
+		l, ok := c.waitLeader().catalog.State().Log(name)
+		if !ok {
+			return false
+		}
+		leader = logLeader(c, l.ID)
+		return leader != nil && (!preferred || leader.ID() == l.PreferredLeader())
+	})
+	return leader
+}
+
+// refusesAsRestoring checks that log name refuses appends, reads and
+// backups as a log being restored, on every replica.
+func refusesAsRestoring(t *testing.T, ctx context.Context, c *testCluster, cl *client.Client, name string) {
+	t.Helper()
+	const want = "is being restored, or holds a restore that did not finish"
+	if _, err := cl.Log(name).Append(ctx, []byte("x")); !isCode(err, transport.CodeFailedPrecondition) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("an append to log %s during or after a cut restore: %v, want FailedPrecondition saying it %s", name, err, want)
+	}
+	if _, _, err := cl.Log(name).Read(ctx, 0, client.ReadOptions{}); !isCode(err, transport.CodeFailedPrecondition) {
+		t.Fatalf("a read of log %s during or after a cut restore: %v, want FailedPrecondition", name, err)
+	}
+	if _, err := cl.Log(name).Backup(ctx, io.Discard); !isCode(err, transport.CodeFailedPrecondition) {
+		t.Fatalf("a backup of log %s during or after a cut restore: %v, want FailedPrecondition", name, err)
+	}
+	for _, n := range logReplicas(t, c, name) {
+		waitFor(t, n.ID()+" applying the mark of the restore", func() bool {
+			l, _ := n.catalog.State().Log(name)
+			h := n.host.hosted(l.ID)
+			return h != nil && h.r.Restoring()
+		})
+		_, err := call[transport.ReadResponse](t, dial(t, n), transport.OpRead, &transport.ReadRequest{Log: name, Stale: true})
+		if !isCode(err, transport.CodeFailedPrecondition) {
+			t.Fatalf("a stale read of log %s on %s: %v, want FailedPrecondition", name, n.ID(), err)
+		}
+	}
+}
+
+// Restores that cannot be: into a log that holds records, the default
+// log, of a damaged file (refused naming the cause and the byte; the log
+// is then marked as holding a restore that did not finish), on hashicorp's
+// raft transport. And one that can: the default log's backup restored as a
+// named log.
+func TestNamedLogRestoreRefusals(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	def := appendLog(t, ctx, cl.Log(transport.DefaultLog), "default", 30)
+	var file bytes.Buffer
+	if _, err := cl.Backup(ctx, &file); err != nil {
+		t.Fatal(err)
+	}
+	b := file.Bytes()
+
+	if _, err := cl.CreateLog(ctx, "orders", client.CreateLogOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("orders"), "o", 3)
+	if _, err := cl.Log("orders").Restore(ctx, bytes.NewReader(b)); !isCode(err, transport.CodeFailedPrecondition) || !strings.Contains(err.Error(), "is not empty") {
+		t.Fatalf("a restore into a log that holds records: %v, want FailedPrecondition", err)
+	}
+	appendLog(t, ctx, cl.Log("orders"), "still", 1) // not marked
+	if _, err := cl.Log(transport.DefaultLog).Restore(ctx, bytes.NewReader(b)); !isCode(err, transport.CodeBadRequest) {
+		t.Fatalf("a restore into the default log: %v, want BadRequest", err)
+	}
+
+	if _, err := cl.CreateLog(ctx, "cut", client.CreateLogOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	_, err := cl.Log("cut").Restore(ctx, bytes.NewReader(b[:len(b)-5]))
+	if !isCode(err, transport.CodeBadRequest) || !strings.Contains(err.Error(), "truncated") || !strings.Contains(err.Error(), "byte") {
+		t.Fatalf("a restore of a truncated file: %v, want BadRequest naming the cause and the byte", err)
+	}
+	refusesAsRestoring(t, ctx, c, cl, "cut")
+	if _, err := cl.DeleteLog(ctx, "cut"); err != nil {
+		t.Fatalf("deleting a log whose restore did not finish: %v", err)
+	}
+
+	// The default log's backup as a named log: the default log's records
+	// at their indexes; its catalog is not carried over.
+	res := restoreInto(t, ctx, cl, "fromdefault", b)
+	sameMap(t, "the default log's backup restored as a named log", upTo(readLog(t, ctx, cl.Log("fromdefault")), res.BackupIndex), upTo(def, res.BackupIndex))
+	for _, n := range logReplicas(t, c, "fromdefault") {
+		l, _ := n.catalog.State().Log("fromdefault")
+		if st := n.host.hosted(l.ID).r.FSM().State(); st[0] == 3 {
+			t.Fatalf("%s's replica of the restored log holds a control state", n.ID())
+		}
+	}
+
+	hc := newTestCluster(t, 1, func(cfg *Config) { cfg.RaftTransport = RaftTransportHashicorp })
+	_, err = uploadPart(t, ctx, hc.waitLeader(), "orders", b, 0, len(b))
+	if !isCode(err, transport.CodeFailedPrecondition) || !strings.Contains(err.Error(), "native raft transport") {
+		t.Fatalf("a restore on hashicorp's transport: %v, want FailedPrecondition", err)
+	}
+}
+
+// Restores cut short: the client stops after the first part, or the
+// log's leader dies during the upload: the log is marked as holding a
+// restore that did not finish, on every replica, until it is deleted or
+// restored again. The leader cut off from its followers once it installed
+// the restore, then killed: the followers, which do not have it, lead a
+// log still marked. Each can be deleted, and the name restored again.
+func TestNamedLogRestoreCutShort(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.FaultInjection = true })
+	c.waitLeader()
+	nb := backupNamedLog(t, c, "orders")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	part := 1 << 20
+	if len(nb.file) < 3*part {
+		t.Fatalf("a backup of %d bytes: want several parts", len(nb.file))
+	}
+	create := func(name string) {
+		t.Helper()
+		if _, err := cl.CreateLog(ctx, name, client.CreateLogOptions{Replicas: 3}); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	t.Run("client stops", func(t *testing.T) {
+		create("a")
+		if _, err := uploadPart(t, ctx, leaderOfLog(t, c, "a", true), "a", nb.file, 0, part); err != nil {
+			t.Fatal(err)
+		}
+		refusesAsRestoring(t, ctx, c, cl, "a")
+		if _, err := cl.DeleteLog(ctx, "a"); err != nil {
+			t.Fatal(err)
+		}
+		restoreInto(t, ctx, cl, "a", nb.file)
+		sameMap(t, "log a restored again", upTo(readLog(t, ctx, cl.Log("a")), nb.hdr.Index), nb.want)
+	})
+
+	t.Run("leader dies during the upload", func(t *testing.T) {
+		create("b")
+		leader := leaderOfLog(t, c, "b", true)
+		if _, err := uploadPart(t, ctx, leader, "b", nb.file, 0, part); err != nil {
+			t.Fatal(err)
+		}
+		c.stop(leader.ID())
+		t.Cleanup(func() {
+			if c.nodes[leader.ID()] == nil {
+				c.start(leader.ID(), nil)
+			}
+		})
+		next := leaderOfLog(t, c, "b", false)
+		_, err := uploadPart(t, ctx, next, "b", nb.file, part, 2*part)
+		if !isCode(err, transport.CodeFailedPrecondition) || !strings.Contains(err.Error(), "upload the backup again") {
+			t.Fatalf("the next part at the log's new leader: %v, want FailedPrecondition", err)
+		}
+		refusesAsRestoring(t, ctx, c, cl, "b")
+		// The marked, empty log takes the whole upload again.
+		res, err := cl.Log("b").Restore(ctx, bytes.NewReader(nb.file))
+		if err != nil {
+			t.Fatalf("a restore into the marked log: %v", err)
+		}
+		sameMap(t, "log b restored again", upTo(readLog(t, ctx, cl.Log("b")), nb.hdr.Index), nb.want)
+		c.start(leader.ID(), nil)
+		waitLogApplied(t, c.nodes[leader.ID()], "b", res.Index)
+		sameMap(t, "log b on the node that came back", upTo(readLogOn(t, c.nodes[leader.ID()], "b"), nb.hdr.Index), nb.want)
+	})
+
+	t.Run("leader cut off after installing the restore", func(t *testing.T) {
+		create("c")
+		leader := leaderOfLog(t, c, "c", true)
+		for off := 0; off+part < len(nb.file); off += part {
+			if _, err := uploadPart(t, ctx, leader, "c", nb.file, off, off+part); err != nil {
+				t.Fatal(err)
+			}
+		}
+		heal := c.partitionFrom(leader)
+		dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+		_, err := uploadPart(t, dctx, leader, "c", nb.file, len(nb.file)/part*part, len(nb.file))
+		dcancel()
+		if err == nil {
+			t.Fatal("a restore by a leader cut off from its followers succeeded")
+		}
+		l, _ := leader.catalog.State().Log("c")
+		if h := leader.host.hosted(l.ID); h == nil || h.r.Restoring() {
+			t.Fatalf("the cut-off leader did not install the restore")
+		}
+		c.stop(leader.ID())
+		heal()
+		refusesAsRestoring(t, ctx, c, cl, "c")
+		if _, err := cl.DeleteLog(ctx, "c"); err != nil {
+			t.Fatal(err)
+		}
+		c.start(leader.ID(), nil)
+		restoreInto(t, ctx, cl, "c", nb.file)
+		for _, n := range logReplicas(t, c, "c") {
+			waitLogApplied(t, n, "c", nb.hdr.Index+1)
+			sameMap(t, "log c restored again on "+n.ID(), upTo(readLogOn(t, n, "c"), nb.hdr.Index), nb.want)
+		}
+	})
 }

@@ -174,7 +174,7 @@ func (r *Replica) RestoreBackup(ctx context.Context, state []byte, recordBytes, 
 		// restore holds if the next leader has it (one that does not
 		// cannot commit past it with this replica's log); wait for a
 		// commit past it.
-		if !r.awaitCommit(ctx, p.Index, timeout) {
+		if !r.awaitCommit(ctx, p.Index, min(timeout, time.Minute)) {
 			return 0, r.RaftError(err)
 		}
 	}
