@@ -485,7 +485,11 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	// again (moves.go): the gate opens once the rebuild is finished.
 	lost := l.Lost(c.ID)
 	gate := newVoteGate(tr, !lost, c.ID)
-	if err := r.Start(gate); err != nil {
+	var trans raft.Transport = gate
+	if h := c.hooks; h != nil && h.logTransport != nil {
+		trans = h.logTransport(l.ID, gate)
+	}
+	if err := r.Start(trans); err != nil {
 		gate.Close()
 		return err
 	}

@@ -6,8 +6,12 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/backup"
 	"github.com/raftlog/raftlog/client"
@@ -357,4 +361,73 @@ func TestNamedLogRestoreCutShort(t *testing.T) {
 			sameMap(t, "log c restored again on "+n.ID(), upTo(readLogOn(t, n, "c"), nb.hdr.Index), nb.want)
 		}
 	})
+}
+
+// heldSnapshots is a named log's raft transport that holds the first
+// InstallSnapshot of log target for hold before raft sees it, and every
+// request behind it (heartbeats too: they reach raft the same way).
+type heldSnapshots struct {
+	raft.Transport
+	id     uint64
+	target *atomic.Uint64
+	hold   time.Duration
+	held   *atomic.Int32
+	out    chan raft.RPC
+	once   sync.Once
+}
+
+func (h *heldSnapshots) Consumer() <-chan raft.RPC {
+	h.once.Do(func() {
+		h.out = make(chan raft.RPC)
+		go func() {
+			for rpc := range h.Transport.Consumer() {
+				if _, ok := rpc.Command.(*raft.InstallSnapshotRequest); ok && h.id == h.target.Load() && h.held.Add(1) <= 2 {
+					time.Sleep(h.hold)
+				}
+				h.out <- rpc
+			}
+		}()
+	})
+	return h.out
+}
+
+// A restore whose leader loses its lease while its followers install the
+// restore (they answer no heartbeat meanwhile, as with a large backup):
+// the leader has installed it, the next leader has it too, and the
+// restore is answered as done once an entry after it commits.
+func TestNamedLogRestoreLeaderLosesLease(t *testing.T) {
+	var target atomic.Uint64
+	var held atomic.Int32
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.hooks = &testHooks{logTransport: func(id uint64, tr raft.Transport) raft.Transport {
+			return &heldSnapshots{Transport: tr, id: id, target: &target, hold: 2 * DefaultLeaderLeaseTimeout, held: &held}
+		}}
+	})
+	c.waitLeader()
+	nb := backupNamedLog(t, c, "orders")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	info, err := cl.CreateLog(ctx, "copy", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	leader := leaderOfLog(t, c, "copy", true)
+	term := leader.host.hosted(info.ID).r.Raft().CurrentTerm()
+	target.Store(info.ID)
+	res, err := cl.Log("copy").Restore(ctx, bytes.NewReader(nb.file))
+	if err != nil {
+		t.Fatalf("a restore whose leader lost its lease after installing it: %v", err)
+	}
+	if held.Load() == 0 {
+		t.Fatal("no snapshot install was held up")
+	}
+	now := leaderOfLog(t, c, "copy", false)
+	if got := now.host.hosted(info.ID).r.Raft().CurrentTerm(); got == term {
+		t.Fatalf("the log's term is still %d: its leader kept its lease", term)
+	}
+	for _, n := range logReplicas(t, c, "copy") {
+		waitLogApplied(t, n, "copy", res.Index)
+		sameMap(t, "the restored log on "+n.ID(), upTo(readLogOn(t, n, "copy"), nb.hdr.Index), nb.want)
+	}
 }
