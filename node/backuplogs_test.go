@@ -193,7 +193,7 @@ func TestNamedLogBackup(t *testing.T) {
 // A named log's backup is refused by a node that does not lead the log
 // (NotLeader naming its leader), for a log that does not exist, by a
 // cluster on hashicorp's raft transport, and under TLS to a client that
-// is no admin.
+// is no admin, as is a restore.
 func TestNamedLogBackupRefusals(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -222,6 +222,9 @@ func TestNamedLogBackupRefusals(t *testing.T) {
 		var buf bytes.Buffer
 		err = recvBackup(openLogBackup(t, ctx, dialAs(leader, "app1"), "orders"), &buf)
 		refused(t, "a named log's backup by a client that is no admin", err, `client "app1" may not take a backup of log "orders" (admins: ops)`)
+		var rr transport.RestoreLogResponse
+		err = dialAs(leader, "app1").Call(ctx, transport.OpRestoreLog, &transport.RestoreLogRequest{Log: "orders", Data: []byte("RLBACKUP")}, &rr)
+		refused(t, "a restore by a client that is no admin", err, `client "app1" may not restore log "orders" (admins: ops)`)
 		var f *Node
 		for _, n := range c.nodes {
 			if n != leader {
