@@ -58,7 +58,9 @@ type Config struct {
 	RetentionCheck time.Duration
 
 	// Control, when set, is the state machine of the log's control
-	// commands (control.go): the node's catalog, on the default log.
+	// commands (control.go): the node's catalog, on the default log. A
+	// named log (Log != 0) without one carries the mark of a restore into
+	// it (restore.go).
 	Control Control
 
 	// Logger receives the replica's logs and raft's (named "raft").
