@@ -110,9 +110,6 @@ func (n *Node) notLeader() *transport.Error { return n.log.NotLeader() }
 // raftError turns an error of raft into the one a client sees.
 func (n *Node) raftError(err error) error { return n.log.RaftError(err) }
 
-// linearize makes a read linearizable (replica.Replica.Linearize).
-func (n *Node) linearize(ctx context.Context) (*replica.Stint, error) { return n.log.Linearize(ctx) }
-
 func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.JoinResponse, error) {
 	if _, err := n.log.Leading(ctx); err != nil {
 		return nil, err

@@ -272,7 +272,7 @@ address where a member of the old cluster still runs.
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "restore", Level: hclog.Warn, Output: e.stderr})
 	info, err := node.Restore(br, cfg)
 	if errors.Is(err, node.ErrNamedLogBackup) {
-		return fmt.Errorf("%s: %w; restore it into a new log of a running cluster with --log NAME --addrs ...", in, err)
+		return fmt.Errorf("%s: %w; restore it into a new log of a running cluster (--log NAME --addrs ADDRS)", in, err)
 	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
@@ -341,7 +341,8 @@ func restoreLog(ctx context.Context, e *env, cf *clusterFlags, in, name string, 
 	start := time.Now()
 	res, err := c.Log(name).Restore(ctx, f)
 	if err != nil {
-		return fmt.Errorf("%w\nlog %s holds no complete restore, or its outcome is unknown: if it refuses reads ('being restored'), delete it (node log delete %s --yes) and restore again", err, name, name)
+		fmt.Fprintf(e.stderr, "log %s holds no complete restore, or its outcome is unknown: if it refuses reads ('being restored'), delete it (node log delete %s --yes) and restore again\n", name, name)
+		return err
 	}
 	fmt.Fprintf(e.stdout, "restored the backup of %s of index %d into log %s (id %d, %d replicas, retention %s): %d entries from index %d, %s, in %v; on %d of its %d replicas now; appends go after index %d\n",
 		describeLogName(h), h.Index, name, info.ID, info.Replicas, formatRetention(info.RetentionBytes, info.RetentionAge),
