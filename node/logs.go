@@ -458,6 +458,11 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if err := recordLogName(dir, l.Name); err != nil {
 		return fmt.Errorf("node: log %q: %w", l.Name, err)
 	}
+	// An upload of a restore lives only while its node leads the log
+	// (restorelog.go): one left by an earlier run is of no use.
+	if err := os.Remove(filepath.Join(dir, restoreUploadFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		c.Logger.Warn("removing an old upload of a restore", "log", l.Name, "error", err)
+	}
 	rc := n.replicaConfig(l.ID, l.Name, filepath.Join(dir, "snapshots"))
 	rc.CommitTimeout = namedCommitTimeout
 	rc.RetentionBytes, rc.RetentionAge = l.Settings.RetentionBytes, l.Settings.RetentionAge

@@ -248,8 +248,10 @@ func (n *Node) restoreUpload(ctx context.Context, l catalog.Log, r *replica.Repl
 }
 
 // awaitRestored waits, for up to restoreCatchUp, until every member of
-// log l holds the log up to index, and returns how many do (the leader
-// among them).
+// log l that answers holds the log up to index, and returns how many do
+// (the leader among them). A member that does not answer (it is down) is
+// not waited for: it installs the restore from the leader when it
+// returns.
 func (n *Node) awaitRestored(ctx context.Context, l catalog.Log, index uint64) int {
 	members := slices.DeleteFunc(l.Hosts(), func(id string) bool { return id == n.cfg.ID })
 	have := 1
@@ -257,11 +259,11 @@ func (n *Node) awaitRestored(ctx context.Context, l catalog.Log, index uint64) i
 	for len(members) > 0 && time.Now().Before(deadline) && ctx.Err() == nil {
 		s := n.catalog.State()
 		members = slices.DeleteFunc(members, func(id string) bool {
-			if n.caughtUp(s, l, id, index) {
+			holds, answered := n.holdsUpTo(ctx, s, l, id, index)
+			if holds {
 				have++
-				return true
 			}
-			return false
+			return holds || !answered
 		})
 		if len(members) == 0 {
 			break
@@ -274,4 +276,22 @@ func (n *Node) awaitRestored(ctx context.Context, l catalog.Log, index uint64) i
 		t.Stop()
 	}
 	return have
+}
+
+// holdsUpTo asks node id whether its replica of log l holds the log up to
+// index (DescribeLog, Local); answered is false when the node did not
+// answer.
+func (n *Node) holdsUpTo(ctx context.Context, s *catalog.State, l catalog.Log, id string, index uint64) (holds, answered bool) {
+	nd, ok := s.Node(id)
+	if !ok || nd.ClientAddr == "" {
+		return false, false
+	}
+	ctx, cancel := context.WithTimeout(ctx, catchUpProbe)
+	defer cancel()
+	var d transport.DescribeLogResponse
+	if err := n.callNode(ctx, nd.ClientAddr, transport.OpDescribeLog, &transport.DescribeLogRequest{Name: l.Name, Local: true}, &d); err != nil {
+		var te *transport.Error
+		return false, errors.As(err, &te) // a node that answers with an error runs
+	}
+	return d.LastIndex >= index, true
 }

@@ -3,7 +3,10 @@ package node
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -324,8 +327,16 @@ func TestNamedLogRestoreCutShort(t *testing.T) {
 			t.Fatalf("a restore into the marked log: %v", err)
 		}
 		sameMap(t, "log b restored again", upTo(readLog(t, ctx, cl.Log("b")), nb.hdr.Index), nb.want)
+		l, _ := next.catalog.State().Log("b")
+		upload := filepath.Join(leader.logDir(l.ID), restoreUploadFile)
+		if _, err := os.Stat(upload); err != nil {
+			t.Fatalf("the stopped leader's upload: %v", err)
+		}
 		c.start(leader.ID(), nil)
 		waitLogApplied(t, c.nodes[leader.ID()], "b", res.Index)
+		if _, err := os.Stat(upload); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("the upload the restarted node held before: %v, want it removed", err)
+		}
 		sameMap(t, "log b on the node that came back", upTo(readLogOn(t, c.nodes[leader.ID()], "b"), nb.hdr.Index), nb.want)
 	})
 

@@ -333,7 +333,7 @@ func restoreLog(ctx context.Context, e *env, cf *clusterFlags, in, name string, 
 	info, err := c.CreateLog(ctx, name, opts)
 	if err != nil {
 		var te *transport.Error
-		if errors.As(err, &te) && te.Code == transport.CodeFailedPrecondition {
+		if errors.As(err, &te) && te.Code == transport.CodeFailedPrecondition && strings.Contains(te.Message, "exists already") {
 			return fmt.Errorf("%w: a backup is restored into a new log: give another name, or delete the log first", err)
 		}
 		return err
