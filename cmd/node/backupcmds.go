@@ -34,7 +34,8 @@ file names the log and its settings (replicas, retention). It is checked as
 it arrives and goes to FILE.part, which is renamed to FILE once it is
 complete and synced; FILE must not exist. With TLS, only an admin
 (--tls-admins of the nodes) may take a backup.
-Restore the default log's backup into a new cluster with 'node restore'.`)
+Restore it with 'node restore': into a new log of a running cluster
+(--log NAME), or, a backup of the default log, into a new cluster.`)
 	cf.define(fs)
 	fs.StringVar(&out, "out", "", "the backup `file` to write (required; never taken from the environment); - writes to stdout")
 	logFlag(fs, &logName, "back up")
