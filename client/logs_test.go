@@ -391,11 +391,12 @@ func TestLogRestore(t *testing.T) {
 	lc.addLog("copy", 0, 0, 1, 2)
 	moved := false
 	lc.mu.Lock()
-	lc.logs["copy"].restoreHook = func(m int, r *transport.RestoreLogRequest) {
+	lc.logs["copy"].restoreHook = func(m int, r *transport.RestoreLogRequest) error {
 		if m == 0 && r.Offset >= 2*restorePart && !moved {
 			moved = true
 			lc.logs["copy"].leader = 1
 		}
+		return nil
 	}
 	lc.mu.Unlock()
 	file := make([]byte, 3*restorePart+12345)
@@ -422,5 +423,35 @@ func TestLogRestore(t *testing.T) {
 	}
 	if _, err := c.Log(transport.DefaultLog).Restore(testCtx(t), bytes.NewReader(file)); transport.ErrorCode(err) != transport.CodeBadRequest {
 		t.Fatalf("a restore into the default log: %v, want BadRequest", err)
+	}
+}
+
+// A restore of a file of one part is begun and run by two requests, and a
+// refusal of either that came before the member did anything (here
+// Unavailable: a leadership transfer under way) is retried.
+func TestLogRestoreRetriesRefusals(t *testing.T) {
+	lc := newLogsCluster(t, 3)
+	lc.addLog("copy", 0, 0, 1, 2)
+	var seen []string
+	lc.mu.Lock()
+	lc.logs["copy"].restoreHook = func(m int, r *transport.RestoreLogRequest) error {
+		seen = append(seen, fmt.Sprintf("%d@%d done=%v", len(r.Data), r.Offset, r.Done))
+		if len(seen) == 1 || len(seen) == 3 {
+			return &transport.Error{Code: transport.CodeUnavailable, Message: "leadership transfer in progress"}
+		}
+		return nil
+	}
+	lc.mu.Unlock()
+	file := []byte("a small backup file")
+	c := dialT(t, lc.addrs, fastOptions())
+	if _, err := c.Log("copy").Restore(testCtx(t), bytes.NewReader(file)); err != nil {
+		t.Fatal(err)
+	}
+	lc.mu.Lock()
+	restored, got := lc.logs["copy"].restored, slices.Clone(seen)
+	lc.mu.Unlock()
+	want := []string{"19@0 done=false", "19@0 done=false", "0@19 done=true", "19@0 done=false", "0@19 done=true"}
+	if !bytes.Equal(restored, file) || !slices.Equal(got, want) {
+		t.Fatalf("restored %q after the parts %q; want %q after %q", restored, got, file, want)
 	}
 }

@@ -54,7 +54,7 @@ type fakeLog struct {
 	upload      []byte
 	uploadOn    int
 	restored    []byte
-	restoreHook func(m int, r *transport.RestoreLogRequest)
+	restoreHook func(m int, r *transport.RestoreLogRequest) error
 }
 
 // newLogsCluster starts n members; member 0 leads the default log and the
@@ -235,7 +235,10 @@ func (h *logsHandler) Handle(_ context.Context, op transport.Op, req any) (any, 
 			return nil, err
 		}
 		if l.restoreHook != nil {
-			if l.restoreHook(h.m, r); l.leader != h.m {
+			if err := l.restoreHook(h.m, r); err != nil {
+				return nil, err
+			}
+			if l.leader != h.m {
 				return nil, h.notLeaderLocked(r.Log, op, l)
 			}
 		}

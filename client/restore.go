@@ -92,6 +92,25 @@ func (l *logState) restore(ctx context.Context, src io.ReadSeeker) (RestoreResul
 // errUpload marks a failure to read the backup file.
 var errUpload = errors.New("read the backup")
 
+// restorePart sends one part of a restore to addr.
+func (c *Client) restorePart(ctx context.Context, addr string, req *transport.RestoreLogRequest) (*transport.RestoreLogResponse, error) {
+	timeout := c.opts.RequestTimeout
+	if req.Done {
+		timeout = restoreFinal
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	conn, err := c.conn(ctx, addr)
+	if err != nil {
+		return nil, err
+	}
+	var resp transport.RestoreLogResponse
+	if err := conn.Call(ctx, transport.OpRestoreLog, req, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
 // restoreAttempt uploads src to addr and asks it to restore it. started
 // reports that the member accepted the first part (the log is marked as
 // being restored); final that the last part was sent, so the outcome is
@@ -108,33 +127,31 @@ func (c *Client) restoreAttempt(ctx context.Context, addr, log string, src io.Re
 		if rerr != nil && !last {
 			return res, started, false, fmt.Errorf("%w: %w", errUpload, rerr)
 		}
-		req := &transport.RestoreLogRequest{Log: log, Offset: off, Data: buf[:n], Done: last}
-		timeout := c.opts.RequestTimeout
-		if last {
-			timeout = restoreFinal
+		parts := []*transport.RestoreLogRequest{{Log: log, Offset: off, Data: buf[:n], Done: last}}
+		if last && off == 0 {
+			// The first part begins the restore, the last runs it: apart,
+			// so that a refusal to begin is retried as any request is.
+			parts = []*transport.RestoreLogRequest{{Log: log, Data: buf[:n]}, {Log: log, Offset: uint64(n), Done: true}}
 		}
-		cctx, cancel := context.WithTimeout(ctx, timeout)
-		conn, err := c.conn(cctx, addr)
-		var resp transport.RestoreLogResponse
-		if err == nil {
-			err = conn.Call(cctx, transport.OpRestoreLog, req, &resp)
-		}
-		cancel()
-		if err != nil {
-			// A NotLeader comes before the member did anything.
-			var te *transport.Error
-			notLeader := errors.As(err, &te) && te.Code == transport.CodeNotLeader
-			return res, started, last && !notLeader, err
-		}
-		started = true
-		off += uint64(n)
-		res.Bytes = int64(off)
-		if resp.Received != off {
-			return res, started, last, fmt.Errorf("%w: the leader holds %d bytes of the upload, %d were sent", transport.ErrProtocol, resp.Received, off)
-		}
-		if last {
-			res.BackupIndex, res.Index, res.Replicas = resp.BackupIndex, resp.Index, int(resp.Replicas)
-			return res, true, true, nil
+		for _, req := range parts {
+			resp, err := c.restorePart(ctx, addr, req)
+			if err != nil {
+				// NotLeader and Unavailable come before the member did
+				// anything (RestoreLogRequest).
+				code := transport.ErrorCode(err)
+				refused := code == transport.CodeNotLeader || code == transport.CodeUnavailable
+				return res, started, req.Done && !refused, err
+			}
+			started = true
+			off += uint64(len(req.Data))
+			res.Bytes = int64(off)
+			if resp.Received != off {
+				return res, started, req.Done, fmt.Errorf("%w: the leader holds %d bytes of the upload, %d were sent", transport.ErrProtocol, resp.Received, off)
+			}
+			if req.Done {
+				res.BackupIndex, res.Index, res.Replicas = resp.BackupIndex, resp.Index, int(resp.Replicas)
+				return res, true, true, nil
+			}
 		}
 	}
 }

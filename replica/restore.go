@@ -153,7 +153,9 @@ func (r *Replica) RestoreBackup(ctx context.Context, state []byte, recordBytes, 
 	// own last one: a snapshot past them is the restore.
 	p := r.snap.Latest.Load()
 	restored := p != nil && p.Index > max(backupIndex, lastBefore) && p.Term == term
-	if err != nil && (!restored || !errors.Is(err, raft.ErrLeadershipLost)) {
+	if err != nil && !restored {
+		// Nothing of it is durable: raft refused it, or failed before the
+		// snapshot was.
 		return 0, r.restoreError(err)
 	}
 	if !restored {
@@ -167,16 +169,15 @@ func (r *Replica) RestoreBackup(ctx context.Context, state []byte, recordBytes, 
 		c := r.cfg
 		err = r.raft.Apply(EncodeMemberCmd(c.NodeID, c.ClientAddr), timeout).Error()
 	}
-	if err != nil {
-		// The leader installed the restore and lost its leadership before
-		// an entry after it committed: while its followers install a large
-		// snapshot they answer no heartbeat, and its lease runs out. The
-		// restore holds if the next leader has it (one that does not
-		// cannot commit past it with this replica's log); wait for a
-		// commit past it.
-		if !r.awaitCommit(ctx, p.Index, min(timeout, time.Minute)) {
-			return 0, r.RaftError(err)
-		}
+	if err != nil && !r.awaitCommit(ctx, p.Index, min(timeout, time.Minute)) {
+		// The leader installed the restore and then failed to commit an
+		// entry after it: typically it lost its lease while its followers
+		// installed a large snapshot (they answer no heartbeat meanwhile).
+		// The restore holds if the next leader has it (one that does not
+		// cannot commit past it with this replica's log): awaitCommit
+		// waited for a commit past it. Otherwise its outcome is unknown.
+		return 0, &transport.Error{Code: transport.CodeTimeout, Message: fmt.Sprintf(
+			"node %s installed the restore at index %d, but no entry after it committed (%v): it holds if the log's next leader has it; if the log refuses reads as being restored, delete it and restore again", r.cfg.NodeID, p.Index, err)}
 	}
 	r.cfg.Logger.Info("restored a backup", "backup_index", backupIndex, "index", p.Index, "term", p.Term)
 	return p.Index, nil
