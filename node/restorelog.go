@@ -90,14 +90,19 @@ func (u *restoreUploads) put(id uint64, up *restoreUpload) *restoreUpload {
 	return old
 }
 
-// drop removes log id's upload up (if it is still the current one) and
-// its file.
-func (u *restoreUploads) drop(id uint64, up *restoreUpload) {
+// forget removes log id's upload up, if it is still the current one.
+func (u *restoreUploads) forget(id uint64, up *restoreUpload) {
 	u.mu.Lock()
+	defer u.mu.Unlock()
 	if u.m[id] == up {
 		delete(u.m, id)
 	}
-	u.mu.Unlock()
+}
+
+// drop removes log id's upload up (if it is still the current one) and
+// its file. up.mu must not be held.
+func (u *restoreUploads) drop(id uint64, up *restoreUpload) {
+	u.forget(id, up)
 	up.close()
 }
 
@@ -105,6 +110,11 @@ func (u *restoreUploads) drop(id uint64, up *restoreUpload) {
 func (up *restoreUpload) close() {
 	up.mu.Lock()
 	defer up.mu.Unlock()
+	up.closeLocked()
+}
+
+// closeLocked is close with up.mu held.
+func (up *restoreUpload) closeLocked() {
 	if up.f != nil {
 		up.f.Close()
 		up.f = nil
@@ -149,7 +159,8 @@ func (n *Node) restoreLog(ctx context.Context, req *transport.RestoreLogRequest)
 			"node %s holds %d bytes of the upload into log %q, this part is for byte %d", n.cfg.ID, up.size, l.Name, req.Offset)}
 	}
 	if _, err := up.f.Write(req.Data); err != nil {
-		n.uploads.drop(l.ID, up)
+		n.uploads.forget(l.ID, up)
+		up.closeLocked()
 		return nil, fmt.Errorf("node: restore of log %q: write the upload: %w", l.Name, err)
 	}
 	up.size += int64(len(req.Data))
@@ -158,14 +169,8 @@ func (n *Node) restoreLog(ctx context.Context, req *transport.RestoreLogRequest)
 		return resp, nil
 	}
 	defer func() {
-		up.f.Close()
-		up.f = nil
-		os.Remove(up.path)
-		n.uploads.mu.Lock()
-		if n.uploads.m[l.ID] == up {
-			delete(n.uploads.m, l.ID)
-		}
-		n.uploads.mu.Unlock()
+		n.uploads.forget(l.ID, up)
+		up.closeLocked()
 	}()
 	hdr, index, err := n.restoreUpload(ctx, l, r, up)
 	if err != nil {
