@@ -17,8 +17,9 @@ package node
 // only on the node that received it, in its current leadership: a part
 // that comes after the node restarted or its leadership moved is refused,
 // and the client uploads again from the start (BeginRestore keeps a
-// marked, empty log's mark). While a node holds an upload of a log, it
-// does not hand the log's leadership to its preferred leader.
+// marked, empty log's mark); a node removes an upload an earlier run left
+// when it starts the log's replica. While a node holds an upload of a
+// log, it does not hand the log's leadership to its preferred leader.
 
 import (
 	"context"

@@ -379,11 +379,11 @@ func TestNamedLogRestoreCutShort(t *testing.T) {
 // request behind it (heartbeats too: they reach raft the same way).
 type heldSnapshots struct {
 	raft.Transport
-	id     uint64
-	target *atomic.Uint64
-	hold   time.Duration
-	held   *atomic.Int32
-	out    chan raft.RPC
+	id     uint64         // the log's id; immutable
+	target *atomic.Uint64 // the id of the log whose installs to hold
+	hold   time.Duration  // immutable
+	held   *atomic.Int32  // installs held so far
+	out    chan raft.RPC  // what raft consumes; set once, by Consumer
 	once   sync.Once
 }
 
