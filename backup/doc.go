@@ -7,7 +7,9 @@
 //
 // format.go describes the file in one place: a header naming the format
 // version, the index the backup covers, that entry's term and the first
-// retained index; a frame holding the state; frames of entries; an end
+// retained index; a frame naming the log and its settings (replicas,
+// retention), which version 1 files, all of the default log, lack; a
+// frame holding the state; frames of entries; an end
 // frame counting the entries and carrying a checksum of the whole file.
 // Every frame carries a CRC-32C of its payload and one of its own header.
 //
@@ -24,7 +26,7 @@
 // Each error names the byte offset where the file went wrong. A Reader
 // never allocates much more than the bytes it has read.
 //
-// A Writer writes the header and the state at once, then entries in
+// A Writer writes the header, the log and the state at once, then entries in
 // frames of about 1 MiB, and the end frame at Close; it checks that
 // entries come in increasing index order within [Floor, Index].
 //

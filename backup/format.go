@@ -5,7 +5,10 @@ package backup
 // change meaning; a new layout gets a new Version. Integers are
 // big-endian.
 //
-//	file   = header | frame(state) | frame(entries)* | frame(end) | EOF
+//	file   = header | frame(log) | frame(state) | frame(entries)* | frame(end) | EOF
+//
+// (Version 1 files, written before named logs, have no log frame: they are
+// backups of the default log, whose settings they do not record.)
 //
 // The header, 52 bytes:
 //
@@ -16,7 +19,7 @@ package backup
 //	+                     magic "RLBACKUP"                          +
 //	|                                                               |  4
 //	+---------------------------------------------------------------+
-//	|                        version = 1                            |  8
+//	|                    version = 2 (or 1)                         |  8
 //	+---------------------------------------------------------------+
 //	|                  flags = 0 (none defined)                     | 12
 //	+---------------------------------------------------------------+
@@ -41,6 +44,8 @@ package backup
 //
 // Frame types and payloads:
 //
+//	4 log      the log backed up: name length u8 | name | replicas u32 |
+//	           retention bytes u64 | retention age i64 (ns); 0: no bound
 //	1 state    the state machine's state as of index, opaque here (the
 //	           node's own encoding, which carries its own version)
 //	2 entries  one or more entries: index u64 | term u64 |
@@ -48,7 +53,8 @@ package backup
 //	3 end      entries u64 | data bytes u64 | CRC-32C of every byte of the
 //	           file before the end frame (u32)
 //
-// Rules a reader enforces: exactly one state frame, first; entries in
+// Rules a reader enforces: in version 2, exactly one log frame, first;
+// exactly one state frame, first after it; entries in
 // increasing index order within [floor, index], with terms in [1, term];
 // one end frame, last, whose counts and file checksum match; nothing
 // after it. The frame header has a checksum of its own, so that a damaged
@@ -71,8 +77,11 @@ import (
 const (
 	// Magic starts every backup file.
 	Magic = "RLBACKUP"
-	// Version is the format version written here, and the only one read.
-	Version = 1
+	// Version is the format version written here. Version 1, without the
+	// log frame, is read too.
+	Version = 2
+	// version1 is the format before named logs: no log frame.
+	version1 = 1
 	// HeaderSize is the size of the file header.
 	HeaderSize = 52
 	// frameHeaderSize is the size of a frame's header.
@@ -81,6 +90,10 @@ const (
 	entryHeaderSize = 28
 	// endPayloadSize is the size of the end frame's payload.
 	endPayloadSize = 20
+	// logFixedSize is the size of a log frame's payload besides the name.
+	logFixedSize = 1 + 4 + 8 + 8
+	// maxLogName is the longest log name a log frame holds.
+	maxLogName = 64
 	// MaxFramePayload bounds a frame's payload: a state of up to 1 GiB,
 	// or an entry of up to 1 GiB with its fixed fields.
 	MaxFramePayload = 1<<30 + 1<<10
@@ -88,7 +101,12 @@ const (
 	frameState   byte = 1
 	frameEntries byte = 2
 	frameEnd     byte = 3
+	frameLog     byte = 4
 )
+
+// DefaultLog is the name of the default log, the one a version 1 file is
+// a backup of.
+const DefaultLog = "default"
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
@@ -106,6 +124,23 @@ type Header struct {
 	Floor uint64
 	// Created is when the node began the backup.
 	Created time.Time
+	// Log is the log the backup was taken of; a version 1 file's is the
+	// default log, without its settings.
+	Log Source
+}
+
+// Source describes the log a backup was taken of, as its cluster's
+// catalog recorded it when the backup began.
+type Source struct {
+	// Name is the log's name; DefaultLog for the default log.
+	Name string
+	// Replicas is how many nodes held the log (for the default log, its
+	// voters); 0 in a version 1 file.
+	Replicas uint32
+	// RetentionBytes and RetentionAge are the log's retention; 0: no
+	// bound (or, in a version 1 file, not recorded).
+	RetentionBytes uint64
+	RetentionAge   time.Duration
 }
 
 // Entry is one command entry of the log.
@@ -130,12 +165,11 @@ type Summary struct {
 	Size int64
 }
 
-// appendHeader appends the encoding of h (its Version ignored: Version is
-// written).
-func appendHeader(dst []byte, h Header) []byte {
+// appendHeader appends the encoding of h, of format version.
+func appendHeader(dst []byte, h Header, version uint32) []byte {
 	start := len(dst)
 	dst = append(dst, Magic...)
-	dst = binary.BigEndian.AppendUint32(dst, Version)
+	dst = binary.BigEndian.AppendUint32(dst, version)
 	dst = binary.BigEndian.AppendUint32(dst, 0)
 	dst = binary.BigEndian.AppendUint64(dst, h.Index)
 	dst = binary.BigEndian.AppendUint64(dst, h.Term)
@@ -153,9 +187,9 @@ func decodeHeader(b []byte) (Header, error) {
 	}
 	h := Header{Version: binary.BigEndian.Uint32(b[8:])}
 	flags := binary.BigEndian.Uint32(b[12:])
-	if h.Version != Version || flags != 0 {
-		return Header{}, fmt.Errorf("%w: format version %d, flags %#x; this program reads version %d without flags (a backup written by a newer raftlog, or a damaged header)",
-			ErrUnsupportedVersion, h.Version, flags, Version)
+	if (h.Version != Version && h.Version != version1) || flags != 0 {
+		return Header{}, fmt.Errorf("%w: format version %d, flags %#x; this program reads versions %d to %d without flags (a backup written by a newer raftlog, or a damaged header)",
+			ErrUnsupportedVersion, h.Version, flags, version1, Version)
 	}
 	if crc32.Checksum(b[:48], castagnoli) != binary.BigEndian.Uint32(b[48:]) {
 		return Header{}, fmt.Errorf("%w: the header fails its checksum", ErrCorrupt)
@@ -205,7 +239,7 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 	}
 	f := frameHeader{typ: b[0], length: binary.BigEndian.Uint32(b[1:]), sum: binary.BigEndian.Uint32(b[5:])}
 	switch {
-	case f.typ != frameState && f.typ != frameEntries && f.typ != frameEnd:
+	case f.typ != frameState && f.typ != frameEntries && f.typ != frameEnd && f.typ != frameLog:
 		return frameHeader{}, fmt.Errorf("%w: frame type %d", ErrCorrupt, f.typ)
 	case f.length > MaxFramePayload:
 		return frameHeader{}, fmt.Errorf("%w: frame of %d bytes, more than the %d a frame may hold", ErrCorrupt, f.length, MaxFramePayload)
@@ -215,6 +249,40 @@ func decodeFrameHeader(b []byte) (frameHeader, error) {
 		return frameHeader{}, fmt.Errorf("%w: entries frame of %d bytes holds no entry", ErrCorrupt, f.length)
 	}
 	return f, nil
+}
+
+// appendLog appends a log frame's payload.
+func appendLog(dst []byte, s Source) []byte {
+	dst = append(dst, byte(len(s.Name)))
+	dst = append(dst, s.Name...)
+	dst = binary.BigEndian.AppendUint32(dst, s.Replicas)
+	dst = binary.BigEndian.AppendUint64(dst, s.RetentionBytes)
+	return binary.BigEndian.AppendUint64(dst, uint64(s.RetentionAge))
+}
+
+// decodeLog decodes a log frame's payload.
+func decodeLog(b []byte) (Source, error) {
+	if len(b) < logFixedSize || len(b) != logFixedSize+int(b[0]) {
+		return Source{}, fmt.Errorf("a log frame of %d bytes", len(b))
+	}
+	n := int(b[0])
+	s := Source{Name: string(b[1 : 1+n])}
+	b = b[1+n:]
+	s.Replicas = binary.BigEndian.Uint32(b)
+	s.RetentionBytes = binary.BigEndian.Uint64(b[4:])
+	s.RetentionAge = time.Duration(binary.BigEndian.Uint64(b[12:]))
+	return s, s.check()
+}
+
+// check reports a Source that cannot describe a log.
+func (s Source) check() error {
+	switch {
+	case s.Name == "" || len(s.Name) > maxLogName:
+		return fmt.Errorf("log name of %d bytes, want 1 to %d", len(s.Name), maxLogName)
+	case s.RetentionAge < 0:
+		return fmt.Errorf("log %q: retention age %v", s.Name, s.RetentionAge)
+	}
+	return nil
 }
 
 // appendEntry appends the encoding of e to an entries payload.

@@ -184,7 +184,7 @@ func frameOffsets(t *testing.T, b []byte) []int {
 		offs = append(offs, off)
 		off += frameHeaderSize + int(binary.BigEndian.Uint32(b[off+1:]))
 	}
-	if len(offs) < 4 {
+	if len(offs) < 5 {
 		t.Fatalf("%d frames, want several entries frames", len(offs))
 	}
 	return offs
@@ -217,17 +217,22 @@ func TestRefusals(t *testing.T) {
 		return b
 	}
 	version2 := bytes.Clone(f.b)
-	binary.BigEndian.PutUint32(version2[8:], 2)
+	binary.BigEndian.PutUint32(version2[8:], 3)
 	flags := bytes.Clone(f.b)
 	binary.BigEndian.PutUint32(flags[12:], 1)
 	badFloor := bytes.Clone(f.b)
 	binary.BigEndian.PutUint64(badFloor[32:], binary.BigEndian.Uint64(badFloor[16:])+2)
-	// The first entries frame twice: entries out of order.
-	dup := append(append(bytes.Clone(f.b[:offs[2]]), f.b[offs[1]:offs[2]]...), f.b[offs[2]:]...)
+	// offs[0] is the log frame, offs[1] the state, offs[2] and offs[3]
+	// entries. The first entries frame twice: entries out of order.
+	dup := append(append(bytes.Clone(f.b[:offs[3]]), f.b[offs[2]:offs[3]]...), f.b[offs[3]:]...)
 	// The first entries frame left out: the end frame's counts differ.
-	missing := append(bytes.Clone(f.b[:offs[1]]), f.b[offs[2]:]...)
+	missing := append(bytes.Clone(f.b[:offs[2]]), f.b[offs[3]:]...)
 	// The state frame where an entries frame should be.
-	twoStates := append(append(bytes.Clone(f.b[:offs[1]]), f.b[offs[0]:offs[1]]...), f.b[offs[1]:]...)
+	twoStates := append(append(bytes.Clone(f.b[:offs[2]]), f.b[offs[1]:offs[2]]...), f.b[offs[2]:]...)
+	// The log frame again after the state.
+	twoLogs := append(append(bytes.Clone(f.b[:offs[2]]), f.b[offs[0]:offs[1]]...), f.b[offs[2]:]...)
+	// No log frame: the state comes first in a version 2 file.
+	noLog := append(bytes.Clone(f.b[:offs[0]]), f.b[offs[1]:]...)
 	// Two files in one: the first one's end frame is followed by bytes.
 	trailing := append(bytes.Clone(f.b), 0)
 	// The end frame's file checksum is wrong, and its frame checksums
@@ -247,13 +252,15 @@ func TestRefusals(t *testing.T) {
 		{"text", []byte("hello, this is not a backup at all, but it is long enough to be one"), ErrNotBackup, `does not start with "RLBACKUP"`},
 		{"short text", []byte("hi"), ErrNotBackup, "RLBACKUP"},
 		{"empty", nil, ErrTruncated, "empty"},
-		{"version 2", resum(version2), ErrUnsupportedVersion, "format version 2"},
-		{"version 2, checksum not updated", version2, ErrUnsupportedVersion, "version 2"},
+		{"version 3", resum(version2), ErrUnsupportedVersion, "format version 3"},
+		{"version 3, checksum not updated", version2, ErrUnsupportedVersion, "version 3"},
 		{"unknown flags", resum(flags), ErrUnsupportedVersion, "flags 0x1"},
 		{"floor past index", resum(badFloor), ErrCorrupt, "floor"},
 		{"frame twice", dup, ErrCorrupt, "follows index"},
 		{"frame missing", missing, ErrCorrupt, "the end frame counts"},
 		{"second state", twoStates, ErrCorrupt, "a second state frame"},
+		{"log frame after the state", twoLogs, ErrCorrupt, "a log frame after the state"},
+		{"no log frame", noLog, ErrCorrupt, "not the log"},
 		{"trailing byte", trailing, ErrCorrupt, "bytes follow the end frame"},
 		{"file checksum", badSum, ErrCorrupt, "fails its checksum"},
 	} {
@@ -363,7 +370,7 @@ func FuzzReader(f *testing.F) {
 		if err := sameEntries(again, entries); err != nil {
 			t.Fatal(err)
 		}
-		if len(b) < frameTarget && len(entries) > 0 && frameCount(b) == 3 && !bytes.Equal(buf.Bytes(), b) {
+		if len(b) < frameTarget && len(entries) > 0 && frameCount(b) == 4 && !bytes.Equal(buf.Bytes(), b) {
 			t.Fatal("an accepted file of one entries frame is not what a Writer writes")
 		}
 	})
@@ -376,4 +383,59 @@ func frameCount(b []byte) int {
 		off += frameHeaderSize + int(binary.BigEndian.Uint32(b[off+1:]))
 	}
 	return n
+}
+
+// The log frame carries the log's name and settings; a file of format
+// version 1, written before it existed, still reads, as a backup of the
+// default log.
+func TestLogSource(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	entries := entriesOf(rng, 5, 40, 50)
+	src := Source{Name: "orders", Replicas: 3, RetentionBytes: 1 << 30, RetentionAge: 168 * time.Hour}
+	for _, tc := range []struct {
+		name    string
+		version uint32
+		src     Source
+		want    Source
+	}{
+		{"named log", Version, src, src},
+		{"default log", Version, Source{}, Source{Name: DefaultLog}},
+		{"version 1", version1, src, Source{Name: DefaultLog}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			hdr := Header{Index: 100, Term: 50, Floor: 5, Created: time.Unix(0, 1_700_000_000_000_000_000), Log: tc.src}
+			w, err := newWriter(&buf, hdr, []byte("state"), tc.version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range entries {
+				if err := w.Add(e); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := w.Close(); err != nil {
+				t.Fatal(err)
+			}
+			r, got, err := readAll(buf.Bytes())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if h := r.Header(); h.Version != tc.version || h.Log != tc.want || h.Index != 100 || h.Floor != 5 {
+				t.Fatalf("header %+v, want version %d, log %+v", h, tc.version, tc.want)
+			}
+			if string(r.State()) != "state" {
+				t.Fatalf("state %q", r.State())
+			}
+			if err := sameEntries(got, entries); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+	var buf bytes.Buffer
+	for _, bad := range []Source{{Name: strings.Repeat("x", 65)}, {Name: "a", RetentionAge: -1}} {
+		if _, err := NewWriter(&buf, Header{Index: 1, Term: 1, Floor: 1, Log: bad}, nil); err == nil {
+			t.Errorf("log %+v written", bad)
+		}
+	}
 }

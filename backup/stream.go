@@ -23,16 +23,31 @@ type Writer struct {
 }
 
 // NewWriter writes the header of a backup described by h (its Version is
-// ignored) and the state frame to w.
+// ignored: Version is written), the log frame and the state frame to w.
+// h.Log names the log; an empty name means DefaultLog.
 func NewWriter(w io.Writer, h Header, state []byte) (*Writer, error) {
+	return newWriter(w, h, state, Version)
+}
+
+// newWriter writes a file of format version (tests write version 1).
+func newWriter(w io.Writer, h Header, state []byte, version uint32) (*Writer, error) {
+	if h.Log.Name == "" {
+		h.Log.Name = DefaultLog
+	}
 	if err := h.check(); err != nil {
+		return nil, fmt.Errorf("backup: header: %v", err)
+	}
+	if err := h.Log.check(); err != nil {
 		return nil, fmt.Errorf("backup: header: %v", err)
 	}
 	if len(state) > MaxFramePayload {
 		return nil, fmt.Errorf("backup: state of %d bytes, more than a frame holds (%d)", len(state), MaxFramePayload)
 	}
 	bw := &Writer{w: w, hdr: h}
-	bw.write(appendHeader(nil, h))
+	bw.write(appendHeader(nil, h, version))
+	if version != version1 {
+		bw.frame(frameLog, appendLog(nil, h.Log))
+	}
 	bw.frame(frameState, state)
 	if bw.err != nil {
 		return nil, bw.err
@@ -150,12 +165,24 @@ func NewReader(r io.Reader) (*Reader, error) {
 	if br.hdr, err = decodeHeader(b); err != nil {
 		return nil, err
 	}
+	br.hdr.Log = Source{Name: DefaultLog}
 	typ, payload, err := br.nextFrame()
 	if err != nil {
 		return nil, err
 	}
+	if br.hdr.Version != version1 {
+		if typ != frameLog {
+			return nil, br.corrupt(br.off-int64(len(payload))-frameHeaderSize, "the first frame is of type %d, not the log", typ)
+		}
+		if br.hdr.Log, err = decodeLog(payload); err != nil {
+			return nil, br.corrupt(br.off-int64(len(payload))-frameHeaderSize, "%v", err)
+		}
+		if typ, payload, err = br.nextFrame(); err != nil {
+			return nil, err
+		}
+	}
 	if typ != frameState {
-		return nil, br.corrupt(br.off-int64(len(payload))-frameHeaderSize, "the first frame is of type %d, not the state", typ)
+		return nil, br.corrupt(br.off-int64(len(payload))-frameHeaderSize, "frame %d is of type %d, not the state", br.frame, typ)
 	}
 	br.state = payload
 	return br, nil
@@ -200,6 +227,8 @@ func (r *Reader) next() (Entry, error) {
 		switch typ {
 		case frameState:
 			return Entry{}, r.corrupt(start, "a second state frame")
+		case frameLog:
+			return Entry{}, r.corrupt(start, "a log frame after the state")
 		case frameEnd:
 			return Entry{}, r.end(start, payload)
 		}

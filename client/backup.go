@@ -30,14 +30,32 @@ var errStalled = errors.New("the backup stream stalled")
 // incomplete file that a backup.Reader refuses. It also fails when no
 // bytes arrive for Options.RequestTimeout. With TLS the cluster serves
 // backups only to admins.
+//
+// Backup backs up the default log; Log.Backup backs up any log.
 func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
-	r := c.def.retrier("backup", toLeader, "", true)
+	return c.def.backup(ctx, w)
+}
+
+// Backup writes a backup of the log to w, as Client.Backup does for the
+// default log; the file names the log and its settings (replicas,
+// retention). Its leader sends it. A server older than named-log backups
+// refuses a named log's with BadRequest.
+func (g *Log) Backup(ctx context.Context, w io.Writer) (int64, error) {
+	if g.err != nil {
+		return 0, g.err
+	}
+	return g.l.backup(ctx, w)
+}
+
+func (l *logState) backup(ctx context.Context, w io.Writer) (int64, error) {
+	c := l.c
+	r := l.retrier("backup", toLeader, "", true)
 	for {
 		addr := r.addr()
 		r.begin(addr)
-		n, started, err := c.backupAttempt(ctx, r, addr, w)
+		n, started, err := c.backupAttempt(ctx, r, addr, l.name, w)
 		if err == nil {
-			c.confirm(&c.def.route, addr)
+			c.confirm(&l.route, addr)
 			return n, nil
 		}
 		if started {
@@ -55,7 +73,7 @@ func (c *Client) Backup(ctx context.Context, w io.Writer) (int64, error) {
 // backupAttempt streams a backup from addr into w. started reports that
 // w was written to (or a write to it failed): the attempt cannot be
 // repeated.
-func (c *Client) backupAttempt(ctx context.Context, r *retrier, addr string, w io.Writer) (n int64, started bool, err error) {
+func (c *Client) backupAttempt(ctx context.Context, r *retrier, addr, log string, w io.Writer) (n int64, started bool, err error) {
 	actx, cancel := context.WithDeadline(ctx, r.attemptDeadline())
 	conn, err := c.conn(actx, addr)
 	cancel()
@@ -67,7 +85,7 @@ func (c *Client) backupAttempt(ctx context.Context, r *retrier, addr string, w i
 	timeout := c.opts.RequestTimeout
 	idle := time.AfterFunc(timeout, func() { stop(errStalled) })
 	defer idle.Stop()
-	st, err := conn.OpenStream(sctx, transport.OpBackup, &transport.BackupRequest{}, backupWindow)
+	st, err := conn.OpenStream(sctx, transport.OpBackup, &transport.BackupRequest{Log: log}, backupWindow)
 	if err != nil {
 		return 0, false, err
 	}

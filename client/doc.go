@@ -169,7 +169,10 @@
 // Unavailable or Busy replies, failures to connect and failed TLS
 // handshakes. A lost connection or a timeout after such a request was sent
 // is returned, as "outcome unknown". Backup is retried like a read until
-// the first bytes of the backup arrive, and not after.
+// the first bytes of the backup arrive, and not after. Log.Restore follows
+// the log's leader, uploading again from the start when the leadership
+// moves during the upload; a failure of its last part leaves its outcome
+// unknown.
 //
 // # Errors after retries
 //

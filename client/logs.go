@@ -144,7 +144,7 @@ func (l *logState) trim(ctx context.Context, below uint64) (uint64, error) {
 
 // Log is one log of the cluster, as Client.Log returns it. Its methods
 // are the Client's record methods (Append, AppendAsync, TryAppendAsync,
-// Flush, Read, Tail, Trim, Leader) for this log, with the same guarantees,
+// Flush, Read, Tail, Trim, Leader, Backup) for this log, with the same guarantees,
 // and may be called from any goroutine. See "Named logs" in the package
 // documentation.
 type Log struct {

@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -378,5 +379,79 @@ func TestLogHandles(t *testing.T) {
 	c.Close()
 	if _, err := c.Log("late").Append(context.Background(), []byte("x")); !errors.Is(err, ErrClosed) {
 		t.Errorf("append to a log first used after Close: %v", err)
+	}
+}
+
+// Log.Restore uploads the file in parts to the log's leader and asks it to
+// restore it; when the leadership moves during the upload it uploads
+// again, from the start, to the new leader. The default log takes no
+// restore.
+func TestLogRestore(t *testing.T) {
+	lc := newLogsCluster(t, 3)
+	lc.addLog("copy", 0, 0, 1, 2)
+	moved := false
+	lc.mu.Lock()
+	lc.logs["copy"].restoreHook = func(m int, r *transport.RestoreLogRequest) error {
+		if m == 0 && r.Offset >= 2*restorePart && !moved {
+			moved = true
+			lc.logs["copy"].leader = 1
+		}
+		return nil
+	}
+	lc.mu.Unlock()
+	file := make([]byte, 3*restorePart+12345)
+	for i := range file {
+		file[i] = byte(i * 7)
+	}
+	c := dialT(t, lc.addrs, fastOptions())
+	res, err := c.Log("copy").Restore(testCtx(t), bytes.NewReader(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Bytes != int64(len(file)) || res.Index != 100 || res.BackupIndex != 99 || res.Replicas != 3 {
+		t.Fatalf("restore: %+v", res)
+	}
+	lc.mu.Lock()
+	restored, on, wasMoved := lc.logs["copy"].restored, lc.logs["copy"].uploadOn, moved
+	lc.mu.Unlock()
+	if !wasMoved || on != 1 || !bytes.Equal(restored, file) {
+		t.Fatalf("leadership moved %v; the restore on member %d holds %d bytes, want member 1 and the %d of the file", wasMoved, on, len(restored), len(file))
+	}
+	handled, refused := lc.counts("copy", transport.OpRestoreLog)
+	if handled[0] != 3 || refused[0] != 1 || handled[1] != 4 {
+		t.Fatalf("restore parts handled per member %v, refused %v; want 3 at member 0 (the third refused) and 4 at member 1", handled, refused)
+	}
+	if _, err := c.Log(transport.DefaultLog).Restore(testCtx(t), bytes.NewReader(file)); transport.ErrorCode(err) != transport.CodeBadRequest {
+		t.Fatalf("a restore into the default log: %v, want BadRequest", err)
+	}
+}
+
+// A restore of a file of one part is begun and run by two requests, and a
+// refusal of either that came before the member did anything (here
+// Unavailable: a leadership transfer under way) is retried.
+func TestLogRestoreRetriesRefusals(t *testing.T) {
+	lc := newLogsCluster(t, 3)
+	lc.addLog("copy", 0, 0, 1, 2)
+	var seen []string
+	lc.mu.Lock()
+	lc.logs["copy"].restoreHook = func(m int, r *transport.RestoreLogRequest) error {
+		seen = append(seen, fmt.Sprintf("%d@%d done=%v", len(r.Data), r.Offset, r.Done))
+		if len(seen) == 1 || len(seen) == 3 {
+			return &transport.Error{Code: transport.CodeUnavailable, Message: "leadership transfer in progress"}
+		}
+		return nil
+	}
+	lc.mu.Unlock()
+	file := []byte("a small backup file")
+	c := dialT(t, lc.addrs, fastOptions())
+	if _, err := c.Log("copy").Restore(testCtx(t), bytes.NewReader(file)); err != nil {
+		t.Fatal(err)
+	}
+	lc.mu.Lock()
+	restored, got := lc.logs["copy"].restored, slices.Clone(seen)
+	lc.mu.Unlock()
+	want := []string{"19@0 done=false", "19@0 done=false", "0@19 done=true", "19@0 done=false", "0@19 done=true"}
+	if !bytes.Equal(restored, file) || !slices.Equal(got, want) {
+		t.Fatalf("restored %q after the parts %q; want %q after %q", restored, got, file, want)
 	}
 }

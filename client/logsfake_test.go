@@ -48,6 +48,13 @@ type fakeLog struct {
 	seqs     map[string][]uint64     // sequence numbers stored, per client id, in order
 	bases    map[string][]uint64     // session bases of the appends stored, per client id
 	drop     int                     // drop the connection after storing this many more appends; 0: never
+	// upload is the restore being uploaded, to member uploadOn; restored
+	// the last one restored; restoreHook, when set, sees each part first
+	// (and may move the leadership).
+	upload      []byte
+	uploadOn    int
+	restored    []byte
+	restoreHook func(m int, r *transport.RestoreLogRequest) error
 }
 
 // newLogsCluster starts n members; member 0 leads the default log and the
@@ -222,6 +229,32 @@ func (h *logsHandler) Handle(_ context.Context, op transport.Op, req any) (any, 
 		return &transport.TrimResponse{Index: 1000}, nil
 	case *transport.StatusRequest:
 		return &transport.StatusResponse{NodeID: "n" + strconv.Itoa(h.m), Role: "Follower"}, nil
+	case *transport.RestoreLogRequest:
+		l, err := h.logLocked(r.Log, op, true)
+		if err != nil {
+			return nil, err
+		}
+		if l.restoreHook != nil {
+			if err := l.restoreHook(h.m, r); err != nil {
+				return nil, err
+			}
+			if l.leader != h.m {
+				return nil, h.notLeaderLocked(r.Log, op, l)
+			}
+		}
+		switch {
+		case r.Offset == 0:
+			l.upload, l.uploadOn = nil, h.m
+		case l.uploadOn != h.m || uint64(len(l.upload)) != r.Offset:
+			return nil, &transport.Error{Code: transport.CodeFailedPrecondition, Message: "no such upload"}
+		}
+		l.upload = append(l.upload, r.Data...)
+		resp := &transport.RestoreLogResponse{Received: uint64(len(l.upload))}
+		if r.Done {
+			l.restored = slices.Clone(l.upload)
+			resp.BackupIndex, resp.Index, resp.Replicas = 99, 100, uint32(len(l.members))
+		}
+		return resp, nil
 	case *transport.CreateLogRequest, *transport.DeleteLogRequest:
 		lc.reqs[logReqKey{h.m, "", op}]++
 		lc.pokeLocked()

@@ -162,10 +162,15 @@ func (n *Node) authorize(ctx context.Context, op transport.Op, req any) error {
 		what = "trim"
 	case *transport.BackupRequest:
 		what = "take a backup"
+		if r.Log != "" {
+			what = fmt.Sprintf("take a backup of log %q", r.Log)
+		}
 	case *transport.CreateLogRequest:
 		what = fmt.Sprintf("create log %q", r.Name)
 	case *transport.DeleteLogRequest:
 		what = fmt.Sprintf("delete log %q", r.Name)
+	case *transport.RestoreLogRequest:
+		what = fmt.Sprintf("restore log %q", r.Log)
 	default:
 		what = "run " + op.String()
 	}

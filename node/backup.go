@@ -15,10 +15,14 @@ import (
 	"github.com/raftlog/raftlog/transport"
 )
 
-// Backups (transport.OpBackup), served by the leader.
+// Backups (transport.OpBackup), served by the leader of the log the
+// request names: the default log or a named log, whose replica is the same
+// kind (package replica), so one code path serves both.
 //
 // A backup is the state machine's state as of one index and every retained
-// command entry up to that index, in the format of package backup. The
+// command entry up to that index, in the format of package backup, with
+// the log's name and settings (replicas, retention) as the catalog, or for
+// the default log the node's configuration, has them. The
 // index is that of a snapshot the leader takes for the backup, after a
 // read index: it is at least the commit index when the request arrived, so
 // the backup holds every append acknowledged before, and the snapshot's
@@ -53,18 +57,58 @@ const backupChunk = 1 << 20
 // gives up its pin.
 const backupStallTimeout = time.Minute
 
-// backup serves a Backup.
-func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
-	start := time.Now()
-	if _, err := n.linearize(ctx); err != nil {
+// backup serves a Backup of the log req names.
+func (n *Node) backup(ctx context.Context, req *transport.BackupRequest, st *transport.ServerStream) error {
+	r, src, err := n.backupSource(req.Log)
+	if err != nil {
 		return err
 	}
-	applied := n.fsm.Applied.Load()
-	pin := n.snap.Hold()
+	return n.backupReplica(ctx, r, src, st)
+}
+
+// backupSource returns the replica of the log named by a request's log
+// field, and how a backup describes the log.
+func (n *Node) backupSource(field string) (*replica.Replica, backup.Source, error) {
+	name := transport.LogName(field)
+	if name == transport.DefaultLog {
+		info := n.defaultLogInfo()
+		return n.log, backup.Source{Name: name, Replicas: info.Replicas, RetentionBytes: info.RetentionBytes, RetentionAge: info.RetentionAge}, nil
+	}
+	if n.mux == nil {
+		return nil, backup.Source{}, errNoNamedLogs()
+	}
+	l, err := n.lookupLog(name)
+	if err != nil {
+		return nil, backup.Source{}, err
+	}
+	h := n.host.hosted(l.ID)
+	if h == nil {
+		return nil, backup.Source{}, n.notHosted(l)
+	}
+	if err := h.r.CheckRestored(); err != nil {
+		return nil, backup.Source{}, err
+	}
+	return h.r, backup.Source{Name: name, Replicas: uint32(l.Settings.Replicas),
+		RetentionBytes: uint64(max(l.Settings.RetentionBytes, 0)), RetentionAge: l.Settings.RetentionAge}, nil
+}
+
+// backupReplica streams a backup of the log r is the replica of (see the
+// top of this file).
+func (n *Node) backupReplica(ctx context.Context, r *replica.Replica, src backup.Source, st *transport.ServerStream) error {
+	start := time.Now()
+	if _, err := r.Linearize(ctx); err != nil {
+		return err
+	}
+	if err := r.CheckRestored(); err != nil {
+		return err
+	}
+	snap, view := r.Snapshots(), r.View()
+	applied := r.FSM().Applied.Load()
+	pin := snap.Hold()
 	var releaseOnce sync.Once
-	release := func() { releaseOnce.Do(func() { n.snap.Release(pin) }) }
+	release := func() { releaseOnce.Do(func() { snap.Release(pin) }) }
 	defer release()
-	f, err := n.backupPoint(applied)
+	f, err := n.backupPoint(r, applied)
 	if err != nil {
 		return err
 	}
@@ -81,7 +125,7 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 	watchdog := time.AfterFunc(stall, func() {
 		stalled.Store(true)
 		n.cfg.Logger.Warn("a backup sent nothing for a while: giving up its hold on trimmed entries; it fails if it then misses one",
-			"index", f.Meta.Index, "stalled", stall)
+			"log", src.Name, "index", f.Meta.Index, "stalled", stall)
 		release()
 	})
 	defer watchdog.Stop()
@@ -90,7 +134,7 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 			watchdog.Reset(stall)
 		}
 	}}
-	hdr := backup.Header{Index: f.Meta.Index, Term: f.Meta.Term, Floor: f.Floor, Created: start}
+	hdr := backup.Header{Index: f.Meta.Index, Term: f.Meta.Term, Floor: f.Floor, Created: start, Log: src}
 	w, err := backup.NewWriter(out, hdr, f.State)
 	if err != nil {
 		return err
@@ -100,12 +144,12 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 		ledger uint64 // the entries' size as the state's byte ledger counts it
 	)
 	for idx := f.Floor; idx <= f.Meta.Index; idx++ {
-		if err := n.view.GetLog(idx, &l); err != nil {
+		if err := view.GetLog(idx, &l); err != nil {
 			if errors.Is(err, raft.ErrLogNotFound) {
 				return &transport.Error{Code: transport.CodeUnavailable, Message: fmt.Sprintf(
-					"backup of index %d: entry %d is no longer on node %s (a snapshot from a new leader replaced its log, or it was deleted after a trim); take the backup again", f.Meta.Index, idx, n.cfg.ID)}
+					"backup of log %q at index %d: entry %d is no longer on node %s (a snapshot from a new leader replaced its log, or it was deleted after a trim); take the backup again", src.Name, f.Meta.Index, idx, n.cfg.ID)}
 			}
-			return fmt.Errorf("node: backup: read index %d: %w", idx, err)
+			return fmt.Errorf("node: backup of log %q: read index %d: %w", src.Name, idx, err)
 		}
 		if l.Type != raft.LogCommand {
 			continue
@@ -118,7 +162,7 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 	if ledger != f.RecordBytes {
 		// The restored cluster could not send snapshots with such a state:
 		// their size comes from the ledger.
-		return fmt.Errorf("node: backup: the entries in [%d, %d] come to %d bytes, the state's ledger says %d", f.Floor, f.Meta.Index, ledger, f.RecordBytes)
+		return fmt.Errorf("node: backup of log %q: the entries in [%d, %d] come to %d bytes, the state's ledger says %d", src.Name, f.Floor, f.Meta.Index, ledger, f.RecordBytes)
 	}
 	s, err := w.Close()
 	if err != nil {
@@ -127,18 +171,18 @@ func (n *Node) backup(ctx context.Context, st *transport.ServerStream) error {
 	if err := out.flush(); err != nil {
 		return err
 	}
-	n.cfg.Logger.Info("backup sent", "index", hdr.Index, "term", hdr.Term, "floor", hdr.Floor,
+	n.cfg.Logger.Info("backup sent", "log", src.Name, "index", hdr.Index, "term", hdr.Term, "floor", hdr.Floor,
 		"entries", s.Entries, "bytes", s.Size, "took", time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
-// backupPoint takes a snapshot for a backup and returns the newest one,
-// which covers at least index applied.
-func (n *Node) backupPoint(applied uint64) (*replica.SnapFile, error) {
-	if err := n.raft.Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
-		return nil, n.raftError(err)
+// backupPoint takes a snapshot of replica r for a backup and returns the
+// newest one, which covers at least index applied.
+func (n *Node) backupPoint(r *replica.Replica, applied uint64) (*replica.SnapFile, error) {
+	if err := r.Raft().Snapshot().Error(); err != nil && !errors.Is(err, raft.ErrNothingNewToSnapshot) {
+		return nil, r.RaftError(err)
 	}
-	files, err := n.snap.Files()
+	files, err := r.Snapshots().Files()
 	if err != nil {
 		return nil, err
 	}

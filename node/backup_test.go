@@ -18,10 +18,17 @@ import (
 	"github.com/raftlog/raftlog/transport"
 )
 
-// openBackup opens a Backup stream on conn with a window of one item.
+// openBackup opens a Backup stream of the default log on conn with a
+// window of one item.
 func openBackup(t *testing.T, ctx context.Context, conn *transport.Conn) *transport.Stream {
 	t.Helper()
-	st, err := conn.OpenStream(ctx, transport.OpBackup, &transport.BackupRequest{}, 1)
+	return openLogBackup(t, ctx, conn, "")
+}
+
+// openLogBackup opens a Backup stream of the log whose log field is log.
+func openLogBackup(t *testing.T, ctx context.Context, conn *transport.Conn, log string) *transport.Stream {
+	t.Helper()
+	st, err := conn.OpenStream(ctx, transport.OpBackup, &transport.BackupRequest{Log: log}, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,6 +66,11 @@ type loadAppender struct {
 }
 
 func startLoad(t *testing.T, conn *transport.Conn, prefix string, n int) *loadAppender {
+	return startLoadOn(t, conn, "", prefix, n)
+}
+
+// startLoadOn is startLoad on the log whose log field is log.
+func startLoadOn(t *testing.T, conn *transport.Conn, log, prefix string, n int) *loadAppender {
 	l := &loadAppender{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
@@ -71,7 +83,7 @@ func startLoad(t *testing.T, conn *transport.Conn, prefix string, n int) *loadAp
 			data := []byte(fmt.Sprintf("%s-%d", prefix, i))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			var resp transport.AppendResponse
-			err := conn.Call(ctx, transport.OpAppend, &transport.AppendRequest{Records: [][]byte{data}}, &resp)
+			err := conn.Call(ctx, transport.OpAppend, &transport.AppendRequest{Log: log, Records: [][]byte{data}}, &resp)
 			cancel()
 			l.mu.Lock()
 			if err != nil {

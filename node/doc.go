@@ -55,12 +55,17 @@
 // everything committed before the read began. A stale read is served by
 // any node from what it has applied.
 //
-// Backups (backup.go, restore.go): the leader streams the state as of one
-// snapshot's index, at least the commit index when the request came, and
-// every retained record up to it, in package backup's format, while
-// appends go on; entries a trim drops meanwhile stay on disk until the
-// backup ends. Restore writes, from a backup, the data dir of a member of a
-// new cluster, the records at their indexes and the client sessions kept.
+// Backups (backup.go, restore.go, restorelog.go): a log's leader (the
+// default log's or a named log's) streams the state as of one snapshot's
+// index, at least the commit index when the request came, and every
+// retained record up to it, in package backup's format, while appends go
+// on; entries a trim drops meanwhile stay on disk until the backup ends.
+// Restore writes, from a backup of the default log, the data dir of a
+// member of a new cluster, the records at their indexes and the client
+// sessions kept. A backup of any log is restored into a new named log of a
+// running cluster by that log's leader (RestoreLog), as a raft snapshot
+// every replica installs; a log whose restore did not finish refuses
+// record operations until it is deleted.
 //
 // Who may do what (authz.go): without Config.TLS, every client may run
 // every operation. With it, the raft port takes only certificates that

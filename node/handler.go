@@ -58,6 +58,8 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 		return n.listLogs(), nil
 	case *transport.DescribeLogRequest:
 		return n.describeLog(ctx, r)
+	case *transport.RestoreLogRequest:
+		return n.restoreLog(ctx, r)
 	}
 	return nil, &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
 }
@@ -78,7 +80,7 @@ func (h *handler) Stream(ctx context.Context, op transport.Op, req any, s *trans
 		}
 		return l.Tail(ctx, r, s)
 	case *transport.BackupRequest:
-		return h.n.backup(ctx, s)
+		return h.n.backup(ctx, r, s)
 	}
 	return &transport.Error{Code: transport.CodeUnknownOp, Message: fmt.Sprintf("op %v is not served", op)}
 }
@@ -107,9 +109,6 @@ func (n *Node) notLeader() *transport.Error { return n.log.NotLeader() }
 
 // raftError turns an error of raft into the one a client sees.
 func (n *Node) raftError(err error) error { return n.log.RaftError(err) }
-
-// linearize makes a read linearizable (replica.Replica.Linearize).
-func (n *Node) linearize(ctx context.Context) (*replica.Stint, error) { return n.log.Linearize(ctx) }
 
 func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.JoinResponse, error) {
 	if _, err := n.log.Leading(ctx); err != nil {

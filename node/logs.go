@@ -166,6 +166,11 @@ func (n *Node) replicaFor(field string) (*replica.Replica, error) {
 		return nil, err
 	}
 	if h := n.host.hosted(l.ID); h != nil {
+		// A log being restored serves nothing until the restore is done
+		// (restorelog.go).
+		if err := h.r.CheckRestored(); err != nil {
+			return nil, err
+		}
 		return h.r, nil
 	}
 	return nil, n.notHosted(l)
@@ -312,8 +317,8 @@ const transferRetry = 3 * time.Second
 func (n *Node) balanceLeaders(s *catalog.State) {
 	for _, h := range n.host.all() {
 		l, ok := s.LogByID(h.id)
-		if !ok || l.State != catalog.LogActive || l.Moving() {
-			continue
+		if !ok || l.State != catalog.LogActive || l.Moving() || n.uploads.active(h.id) {
+			continue // an upload of a restore is the leader's (restorelog.go)
 		}
 		want := l.PreferredLeader()
 		rf := h.r.Raft()
@@ -473,6 +478,11 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if err := recordLogName(dir, l.Name); err != nil {
 		return fmt.Errorf("node: log %q: %w", l.Name, err)
 	}
+	// An upload of a restore lives only while its node leads the log
+	// (restorelog.go): one left by an earlier run is of no use.
+	if err := os.Remove(filepath.Join(dir, restoreUploadFile)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		c.Logger.Warn("removing an old upload of a restore", "log", l.Name, "error", err)
+	}
 	rc := n.replicaConfig(l.ID, l.Name, filepath.Join(dir, "snapshots"))
 	rc.CommitTimeout = namedCommitTimeout
 	rc.RetentionBytes, rc.RetentionAge = l.Settings.RetentionBytes, l.Settings.RetentionAge
@@ -500,7 +510,11 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	// again (moves.go): the gate opens once the rebuild is finished.
 	lost := l.Lost(c.ID)
 	gate := newVoteGate(tr, !lost, c.ID)
-	if err := r.Start(gate); err != nil {
+	var trans raft.Transport = gate
+	if h := c.hooks; h != nil && h.logTransport != nil {
+		trans = h.logTransport(l.ID, gate)
+	}
+	if err := r.Start(trans); err != nil {
 		gate.Close()
 		return err
 	}

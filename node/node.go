@@ -47,6 +47,9 @@ type Node struct {
 	mux     *transport.RaftMux
 	host    logHost
 	fs      vfs.FS
+	// uploads are the restores into named logs this node receives
+	// (restorelog.go).
+	uploads restoreUploads
 
 	clientLn   net.Listener
 	clientAddr string // advertised
@@ -90,8 +93,10 @@ type testHooks struct {
 	// leaderChange, when set, is called by watchLeadership with each value
 	// of raft's LeaderCh before it acts on it.
 	leaderChange func(leader bool)
-	// transport, when set, wraps the node's raft transport.
-	transport func(raft.Transport) raft.Transport
+	// transport, when set, wraps the node's raft transport; logTransport
+	// that of named log id.
+	transport    func(raft.Transport) raft.Transport
+	logTransport func(id uint64, t raft.Transport) raft.Transport
 	// backupStall, when set, replaces backupStallTimeout (backup.go).
 	backupStall time.Duration
 }

@@ -61,6 +61,11 @@ const restoringFile = "restoring"
 // anything.
 var ErrDataDirNotEmpty = errors.New("node: restore: the data dir is not empty")
 
+// ErrNamedLogBackup is returned by Restore for a backup of a named log:
+// it restores into a named log of a running cluster (transport.OpRestoreLog),
+// not into a new cluster's default log.
+var ErrNamedLogBackup = errors.New("node: restore: the backup is of a named log")
+
 // ErrRestoreIncomplete is returned by Start for a data dir that a restore
 // did not finish.
 var ErrRestoreIncomplete = errors.New("node: the data dir holds a restore that did not finish")
@@ -114,6 +119,9 @@ func Restore(in io.Reader, cfg RestoreConfig) (info RestoreInfo, err error) {
 		return info, fmt.Errorf("node: restore: %w", err)
 	}
 	info.Header = br.Header()
+	if name := info.Header.Log.Name; name != backup.DefaultLog {
+		return info, fmt.Errorf("%w %q, not of the default log", ErrNamedLogBackup, name)
+	}
 	state, want, sessions, err := restoredState(br.State(), info.Header)
 	if err != nil {
 		return info, err

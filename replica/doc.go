@@ -16,7 +16,10 @@
 // trims raise the floor on every replica, after which a snapshot lets each
 // replica delete the entries below it. Snapshots hold the state only; a
 // snapshot raft sends to a follower behind the floor carries the retained
-// records, read from the commit log as it is sent (snapshot.go).
+// records, read from the commit log as it is sent (snapshot.go). A backup
+// restored into a named log is such a snapshot: raft's Restore stores it
+// past the log's end and every replica installs it; until a replica has,
+// its state carries the mark of the restore (restore.go).
 //
 // # Groups
 //

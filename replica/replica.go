@@ -58,7 +58,9 @@ type Config struct {
 	RetentionCheck time.Duration
 
 	// Control, when set, is the state machine of the log's control
-	// commands (control.go): the node's catalog, on the default log.
+	// commands (control.go): the node's catalog, on the default log. A
+	// named log (Log != 0) without one carries the mark of a restore into
+	// it (restore.go).
 	Control Control
 
 	// Logger receives the replica's logs and raft's (named "raft").
@@ -94,6 +96,10 @@ type Replica struct {
 	snap *SnapStore
 	prop *Proposer
 	raft *raft.Raft // set by Start, never changed
+	// mark is a named log's control state machine, whether a restore
+	// into it is under way (restore.go); nil for the default log. Set by
+	// Open, never changed.
+	mark *restoreMark
 
 	ctx     context.Context // cancelled by Shutdown
 	cancel  context.CancelFunc
@@ -132,8 +138,12 @@ func Open(cfg Config) (*Replica, error) {
 	}
 	r.fsm = NewFSM(r.view, cfg.Logger.Named("fsm"))
 	r.fsm.OnTrim = func(uint64) { r.RequestSnapshot() }
-	if cfg.Control != nil {
+	switch {
+	case cfg.Control != nil:
 		r.fsm.SetControl(cfg.Control)
+	case cfg.Log != 0:
+		r.mark = &restoreMark{}
+		r.fsm.SetControl(r.mark)
 	}
 	if r.snap, err = OpenSnapStore(cfg.FS, cfg.SnapshotDir, r.view, cfg.DB, cfg.Logger.Named("snapshots")); err != nil {
 		return nil, err

@@ -156,6 +156,9 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 	if _, err := r.Leading(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.CheckRestored(); err != nil {
+		return nil, err
+	}
 	if r.cfg.CheckAppend != nil {
 		if err := r.cfg.CheckAppend(); err != nil {
 			return nil, err
@@ -322,6 +325,9 @@ func (r *Replica) Read(ctx context.Context, req *transport.ReadRequest) (*transp
 			return nil, err
 		}
 	}
+	if err := r.CheckRestored(); err != nil {
+		return nil, err
+	}
 	recs, next, err := r.readRecords(req.From, r.fsm.Applied.Load(), int(req.MaxRecords), int(req.MaxBytes))
 	if err != nil {
 		return nil, err
@@ -386,6 +392,9 @@ func (r *Replica) Tail(ctx context.Context, req *transport.TailRequest, st *tran
 		}
 		done = s.done
 	}
+	if err := r.CheckRestored(); err != nil {
+		return err
+	}
 	next := req.From
 	for {
 		applied, wake := r.fsm.AppliedCh()
@@ -413,6 +422,9 @@ func (r *Replica) Tail(ctx context.Context, req *transport.TailRequest, st *tran
 // Trim raises the log's first retained index, on the leader.
 func (r *Replica) Trim(ctx context.Context, req *transport.TrimRequest) (*transport.TrimResponse, error) {
 	if _, err := r.Leading(ctx); err != nil {
+		return nil, err
+	}
+	if err := r.CheckRestored(); err != nil {
 		return nil, err
 	}
 	if last := r.raft.LastIndex(); req.Below > last+1 {

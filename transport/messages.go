@@ -45,6 +45,9 @@ const (
 	// OpDeleteLog deletes a named log and its data on every member:
 	// DeleteLogRequest, DeleteLogResponse.
 	OpDeleteLog Op = 13
+	// OpRestoreLog uploads a backup into a named log and restores it
+	// (restorelog.go): RestoreLogRequest, RestoreLogResponse.
+	OpRestoreLog Op = 14
 )
 
 // Request is implemented by every request type. Serve decodes a request
@@ -96,6 +99,7 @@ var ops = [...]opInfo{
 	OpListLogs:           opOf[ListLogsRequest, *ListLogsRequest, ListLogsResponse]("ListLogs", false),
 	OpDescribeLog:        opOf[DescribeLogRequest, *DescribeLogRequest, DescribeLogResponse]("DescribeLog", false),
 	OpDeleteLog:          opOf[DeleteLogRequest, *DeleteLogRequest, DeleteLogResponse]("DeleteLog", false),
+	OpRestoreLog:         opOf[RestoreLogRequest, *RestoreLogRequest, RestoreLogResponse]("RestoreLog", false),
 }
 
 func (op Op) info() (opInfo, bool) {

@@ -111,6 +111,12 @@ package transport
 //	11  ListLogs     ListLogsRequest     ListLogsResponse     at any node
 //	12  DescribeLog  DescribeLogRequest  DescribeLogResponse  at the log's leader
 //	13  DeleteLog    DeleteLogRequest    DeleteLogResponse    at the catalog's leader
+//	14  RestoreLog   RestoreLogRequest   RestoreLogResponse   at the log's leader
+//
+// BackupRequest carries the log field too: a backup of a named log. A
+// RestoreLog uploads a backup file in parts (Offset, Data, Done) to the
+// leader of a new, empty named log, which marks the log as being restored
+// at the first part and restores the file at the last (restorelog.go).
 //
 // Errors of named logs:
 //

@@ -149,15 +149,34 @@ func (l *clientLoad) ackedSoFar() []transport.Record {
 }
 
 // readRecords reads the records of a cluster from index from to the end,
-// with the CLI, by index.
-func readRecords(t *testing.T, h *serveHarness, addrs string, from uint64) map[uint64]string {
+// with the CLI, by index; extra are more flags of read (--log, --stale).
+func readRecords(t *testing.T, h *serveHarness, addrs string, from uint64, extra ...string) map[uint64]string {
 	t.Helper()
-	idx, data := parseRecords(t, h.mustCLI("read", "--addrs", addrs, "--from", strconv.FormatUint(from, 10), "--timeout", "30s"))
+	args := append([]string{"read", "--addrs", addrs, "--from", strconv.FormatUint(from, 10), "--timeout", "30s"}, extra...)
+	idx, data := parseRecords(t, h.mustCLI(args...))
 	recs := make(map[uint64]string, len(idx))
 	for i, x := range idx {
 		recs[x] = data[i]
 	}
 	return recs
+}
+
+// appendBulkCLI appends n lines of about 4 KB with "node append --stdin";
+// extra are more flags of append (--log).
+func appendBulkCLI(t *testing.T, h *serveHarness, addrs string, n int, extra ...string) {
+	t.Helper()
+	var bulk strings.Builder
+	for i := range n {
+		fmt.Fprintf(&bulk, "bulk-%d-%s\n", i, strings.Repeat("x", 4000))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	args := append([]string{"append", "--addrs", addrs, "--stdin", "--timeout", "30s"}, extra...)
+	appendCmd := exec.CommandContext(ctx, h.bin, args...)
+	appendCmd.Env, appendCmd.Stdin = cleanEnv(), strings.NewReader(bulk.String())
+	if out, err := appendCmd.CombinedOutput(); err != nil {
+		t.Fatalf("append --stdin: %v: %s", err, out)
+	}
 }
 
 // TestBackupRestoreProcesses takes a backup with "node backup" from a
@@ -173,17 +192,7 @@ func TestBackupRestoreProcesses(t *testing.T) {
 	h.mustCLI("append", "--addrs", oldAddrs, "--timeout", "30s", "first", "second", "third")
 	h.mustCLI("trim", "--addrs", oldAddrs, "--below", "3") // the backup's floor is then above 1
 	// About 8 MiB of lines: the backup is several stream items long.
-	var bulk strings.Builder
-	for i := range 2000 {
-		fmt.Fprintf(&bulk, "bulk-%d-%s\n", i, strings.Repeat("x", 4000))
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	appendCmd := exec.CommandContext(ctx, h.bin, "append", "--addrs", oldAddrs, "--stdin", "--timeout", "30s")
-	appendCmd.Env, appendCmd.Stdin = cleanEnv(), strings.NewReader(bulk.String())
-	if out, err := appendCmd.CombinedOutput(); err != nil {
-		t.Fatalf("append --stdin: %v: %s", err, out)
-	}
+	appendBulkCLI(t, h, oldAddrs, 2000)
 	load := startClientLoad(t, oldAddrs, 4, 20000)
 	waitUntil(t, 2*time.Minute, "200 load appends", func() bool { return len(load.ackedSoFar()) >= 200 || load.failed() })
 	before := load.ackedSoFar()

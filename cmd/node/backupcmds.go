@@ -14,31 +14,39 @@ import (
 	"github.com/hashicorp/go-hclog"
 
 	"github.com/raftlog/raftlog/backup"
+	"github.com/raftlog/raftlog/client"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/node"
+	"github.com/raftlog/raftlog/transport"
 )
 
 // cmdBackup is "node backup".
 func cmdBackup(ctx context.Context, e *env, args []string) error {
 	var cf clusterFlags
-	var out string
+	var out, logName string
 	fs := newFlagSet(e, "backup", "", `
-Writes a backup of a running cluster to a file: the retained log and the
-state (client sessions included) as of one committed index, at least the
+Writes a backup of a log of a running cluster to a file: the retained log and
+the state (client sessions included) as of one committed index, at least the
 commit index when the backup began, so every append acknowledged before it
-is in the file. The leader sends it while appends go on; entries a trim
-drops meanwhile stay on the leader's disk until the backup ends. The file
-is checked as it arrives and goes to FILE.part, which is renamed to FILE
-once it is complete and synced; FILE must not exist. With TLS, only an
-admin (--tls-admins of the nodes) may take a backup.
-Restore it into a new cluster with 'node restore'.`)
+is in the file. The log's leader sends it while appends go on; entries a
+trim drops meanwhile stay on the leader's disk until the backup ends. The
+file names the log and its settings (replicas, retention). It is checked as
+it arrives and goes to FILE.part, which is renamed to FILE once it is
+complete and synced; FILE must not exist. With TLS, only an admin
+(--tls-admins of the nodes) may take a backup.
+Restore it with 'node restore': into a new log of a running cluster
+(--log NAME), or, a backup of the default log, into a new cluster.`)
 	cf.define(fs)
 	fs.StringVar(&out, "out", "", "the backup `file` to write (required; never taken from the environment); - writes to stdout")
+	logFlag(fs, &logName, "back up")
 	if err := parseClusterCmd(fs, &cf, args); err != nil {
 		return err
 	}
 	if out == "" {
 		return usagef("no output file: give --out FILE")
+	}
+	if err := checkLogFlag(logName); err != nil {
+		return err
 	}
 	report := e.stdout
 	var (
@@ -90,7 +98,7 @@ Restore it into a new cluster with 'node restore'.`)
 	}()
 	bw := bufio.NewWriterSize(dst, 1<<20)
 	start := time.Now()
-	_, err = c.Backup(ctx, io.MultiWriter(bw, pw))
+	_, err = c.Log(logName).Backup(ctx, io.MultiWriter(bw, pw))
 	pw.CloseWithError(err)
 	v := <-checked
 	switch {
@@ -108,9 +116,26 @@ Restore it into a new cluster with 'node restore'.`)
 		}
 		file = nil
 	}
-	fmt.Fprintf(report, "backup of index %d (term %d): %d entries from index %d, %s, in %v, written to %s\n",
-		v.h.Index, v.h.Term, v.s.Entries, v.h.Floor, formatSize(v.s.Size), time.Since(start).Round(time.Millisecond), out)
+	of := ""
+	if logName != transport.DefaultLog {
+		of = "of log " + logName + " "
+	}
+	fmt.Fprintf(report, "backup %sof index %d (term %d): %d entries from index %d, %s, in %v, written to %s\n",
+		of, v.h.Index, v.h.Term, v.s.Entries, v.h.Floor, formatSize(v.s.Size), time.Since(start).Round(time.Millisecond), out)
 	return nil
+}
+
+// describeSource says which log a backup is of, and with what settings.
+func describeSource(h backup.Header) string {
+	l := h.Log
+	if h.Version == 1 {
+		return "the default log (settings not recorded)"
+	}
+	name := "log " + l.Name
+	if l.Name == transport.DefaultLog {
+		name = "the default log"
+	}
+	return fmt.Sprintf("%s (%d replicas, retention %s)", name, l.Replicas, formatRetention(l.RetentionBytes, l.RetentionAge))
 }
 
 // syncAndRename makes the file f, written at part, durable and renames it
@@ -134,13 +159,29 @@ func syncAndRename(f *os.File, part, name string) error {
 // cmdRestore is "node restore".
 func cmdRestore(ctx context.Context, e *env, args []string) error {
 	var (
-		cfg   node.RestoreConfig
-		in    string
-		check bool
+		cfg      node.RestoreConfig
+		in       string
+		check    bool
+		logName  string
+		cf       clusterFlags
+		replicas int
+		bytes    int64
+		age      time.Duration
 	)
 	fs := newFlagSet(e, "restore", "", `
-Writes the data dir of one member of a new cluster from a backup ('node
-backup'). Run it on every member with the same backup and the same
+With --log NAME, restores a backup ('node backup', of any log) into a new
+log NAME of a running cluster (--addrs): it creates the log, with the
+replicas and retention the backup was taken with unless --replicas,
+--retention-bytes or --retention-age say otherwise (a name in use is
+refused), uploads the file to the log's leader and has it restored there:
+every record keeps its index, client sessions are kept, and appends go on
+after the backup's index, on every replica. Until the restore is done, and
+for good if it is cut short, the log refuses appends and reads (Failed
+Precondition): delete it ('node log delete NAME --yes') and restore again.
+With TLS, only an admin may restore.
+
+Without --log, writes the data dir of one member of a new cluster from a
+backup of the default log. Run it on every member with the same backup and the same
 --bootstrap list, each with its own --id and --data-dir, then start each
 with 'node serve' and the same --id, --data-dir and --bootstrap list: the
 members elect a leader among themselves without bootstrapping or asking
@@ -163,6 +204,11 @@ address where a member of the old cluster still runs.
 	fs.Var(peersValue{&cfg.Bootstrap}, "bootstrap", "the members of the new cluster, this node included: `id=host:port,...` (raft addresses; required)")
 	fs.BoolVar(&check, "check", false, "only check the backup file and print what it holds; write nothing")
 	fs.fromEnv("id", "data-dir", "bootstrap")
+	fs.StringVar(&logName, "log", "", "restore into a new log of this `name` of a running cluster (--addrs), not into a data dir")
+	cf.define(fs)
+	fs.IntVar(&replicas, "replicas", 0, "with --log: how many `nodes` hold the new log, 1, 3 or 5; default: as in the backup")
+	fs.Var(sizeValue{&bytes}, "retention-bytes", "with --log: the new log's retention in `bytes`; default: as in the backup")
+	fs.Var(durationValue{&age}, "retention-age", "with --log: the new log's retention `duration`; default: as in the backup")
 	rest, err := fs.parse(args)
 	if err != nil {
 		return err
@@ -170,9 +216,31 @@ address where a member of the old cluster still runs.
 	if err := noArgs(rest); err != nil {
 		return err
 	}
-	switch {
-	case in == "":
+	if in == "" {
 		return usagef("no backup file: give --in FILE")
+	}
+	if logName != "" && !check {
+		switch {
+		case logName == transport.DefaultLog:
+			return usagef("--log %s: the default log is restored into the data dirs of a new cluster: leave --log out", logName)
+		case fs.onCommandLine("id") || fs.onCommandLine("data-dir") || fs.onCommandLine("bootstrap"):
+			return usagef("--log restores into a running cluster (--addrs): --id, --data-dir and --bootstrap are for a new cluster's data dirs")
+		case replicas != 0 && replicas != 1 && replicas != 3 && replicas != 5:
+			return usagef("--replicas %d: a log has 1, 3 or 5", replicas)
+		}
+		if err := checkLogFlag(logName); err != nil {
+			return err
+		}
+		if err := cf.check(); err != nil {
+			return err
+		}
+		settings := logSettings{replicas: replicas, bytes: bytes, age: age,
+			bytesGiven: fs.given("retention-bytes"), ageGiven: fs.given("retention-age")}
+		return restoreLog(ctx, e, &cf, in, logName, settings)
+	}
+	switch {
+	case fs.given("replicas") || fs.given("retention-bytes") || fs.given("retention-age"):
+		return usagef("--replicas and the retention flags go with --log NAME")
 	case check:
 	case cfg.ID == "":
 		return usagef("no node id: give --id or set %s", envName("id"))
@@ -198,12 +266,15 @@ address where a member of the old cluster still runs.
 		if err != nil {
 			return fmt.Errorf("%s: %w", in, err)
 		}
-		fmt.Fprintf(e.stdout, "%s: a raftlog backup, format version %d, of index %d (term %d), taken %s: %d entries from index %d, %s of data, %s in all; every checksum matches\n",
-			in, h.Version, h.Index, h.Term, h.Created.UTC().Format(time.RFC3339), s.Entries, h.Floor, formatSize(int64(s.DataBytes)), formatSize(s.Size))
+		fmt.Fprintf(e.stdout, "%s: a raftlog backup, format version %d, of %s, of index %d (term %d), taken %s: %d entries from index %d, %s of data, %s in all; every checksum matches\n",
+			in, h.Version, describeSource(h), h.Index, h.Term, h.Created.UTC().Format(time.RFC3339), s.Entries, h.Floor, formatSize(int64(s.DataBytes)), formatSize(s.Size))
 		return nil
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "restore", Level: hclog.Warn, Output: e.stderr})
 	info, err := node.Restore(br, cfg)
+	if errors.Is(err, node.ErrNamedLogBackup) {
+		return fmt.Errorf("%s: %w; restore it into a new log of a running cluster (--log NAME --addrs ADDRS)", in, err)
+	}
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
@@ -216,4 +287,75 @@ address where a member of the old cluster still runs.
 		info.Header.Index, info.Header.Term, cfg.DataDir, info.Summary.Entries, info.Header.Floor, info.Sessions,
 		cfg.ID, cfg.DataDir, strings.Join(peers, ","))
 	return nil
+}
+
+// logSettings are the settings flags of a restore into a new log; a zero
+// value, not given, means the backup's.
+type logSettings struct {
+	replicas             int
+	bytes                int64
+	age                  time.Duration
+	bytesGiven, ageGiven bool
+}
+
+// restoreLog is "node restore --log NAME": it checks the file, creates the
+// log and restores the file into it.
+func restoreLog(ctx context.Context, e *env, cf *clusterFlags, in, name string, set logSettings) error {
+	if in == "-" {
+		return usagef("--in -: a restore into a log uploads a file it may have to read again: give the file")
+	}
+	f, err := os.Open(in)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	h, s, err := backup.Verify(bufio.NewReaderSize(f, 1<<20))
+	if err != nil {
+		return fmt.Errorf("%s: %w", in, err)
+	}
+	opts := client.CreateLogOptions{Replicas: int(h.Log.Replicas), RetentionBytes: h.Log.RetentionBytes, RetentionAge: h.Log.RetentionAge}
+	if opts.Replicas != 1 && opts.Replicas != 5 {
+		opts.Replicas = 3 // the default log's voters may be any number
+	}
+	if set.replicas != 0 {
+		opts.Replicas = set.replicas
+	}
+	if set.bytesGiven {
+		opts.RetentionBytes = uint64(set.bytes)
+	}
+	if set.ageGiven {
+		opts.RetentionAge = set.age
+	}
+	c, err := cf.dial(ctx)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	info, err := c.CreateLog(ctx, name, opts)
+	if err != nil {
+		var te *transport.Error
+		if errors.As(err, &te) && te.Code == transport.CodeFailedPrecondition && strings.Contains(te.Message, "exists already") {
+			return fmt.Errorf("%w: a backup is restored into a new log: give another name, or delete the log first", err)
+		}
+		return err
+	}
+	start := time.Now()
+	res, err := c.Log(name).Restore(ctx, f)
+	if err != nil {
+		fmt.Fprintf(e.stderr, "log %s holds no complete restore, or its outcome is unknown: if it refuses reads ('being restored'), delete it (node log delete %s --yes) and restore again\n", name, name)
+		return err
+	}
+	fmt.Fprintf(e.stdout, "restored the backup of %s of index %d into log %s (id %d, %d replicas, retention %s): %d entries from index %d, %s, in %v; on %d of its %d replicas now; appends go after index %d\n",
+		describeLogName(h), h.Index, name, info.ID, info.Replicas, formatRetention(info.RetentionBytes, info.RetentionAge),
+		s.Entries, h.Floor, formatSize(s.Size), time.Since(start).Round(time.Millisecond), res.Replicas, info.Replicas, res.Index)
+	return nil
+}
+
+// describeLogName names the log a backup is of: "log orders", "the
+// default log".
+func describeLogName(h backup.Header) string {
+	if h.Log.Name == transport.DefaultLog {
+		return "the default log"
+	}
+	return "log " + h.Log.Name
 }

@@ -209,6 +209,17 @@ func (fs *flagSet) given(name string) bool {
 	return set
 }
 
+// onCommandLine reports whether the flag name was given on the command
+// line, not taken from its environment variable. Call it after parse.
+func (fs *flagSet) onCommandLine(name string) bool {
+	for _, u := range fs.fromVar {
+		if u.flag == name {
+			return false
+		}
+	}
+	return fs.given(name)
+}
+
 // noArgs returns a *usageError when a command that takes no arguments got
 // some.
 func noArgs(rest []string) error {

@@ -1,0 +1,63 @@
+package replica
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/hashicorp/go-hclog"
+	"github.com/hashicorp/raft"
+)
+
+// The mark of a restore is a named log's control state: set by its
+// command, kept in the state (as version 3), and gone from a state a
+// restore brings (RestoredLogState), which also forgets the members'
+// client addresses and any other control state (a default log's
+// catalog).
+func TestRestoreMark(t *testing.T) {
+	f := NewFSM(nil, hclog.NewNullLogger())
+	m := &restoreMark{}
+	f.SetControl(m)
+	f.Apply(&raft.Log{Index: 1, Type: raft.LogCommand, Data: EncodeMemberCmd("n1", "10.0.0.1:7000")})
+	if res := f.Apply(&raft.Log{Index: 2, Type: raft.LogCommand, Data: EncodeControlCmd([]byte("other"))}); res == nil || m.set.Load() {
+		t.Fatalf("an unknown control command: %v, marked %v; want an error and no mark", res, m.set.Load())
+	}
+	if res := f.Apply(&raft.Log{Index: 3, Type: raft.LogCommand, Data: EncodeControlCmd([]byte(restoringState))}); res != nil || !m.set.Load() {
+		t.Fatalf("the restore's mark: %v, marked %v", res, m.set.Load())
+	}
+	state := f.State()
+	if state[0] != 3 {
+		t.Fatalf("a marked state has version %d, want 3 (with its control state)", state[0])
+	}
+	f2 := NewFSM(nil, hclog.NewNullLogger())
+	m2 := &restoreMark{}
+	f2.SetControl(m2)
+	f2.mu.Lock()
+	err := f2.decodeLocked(state)
+	f2.mu.Unlock()
+	if err != nil || !m2.set.Load() {
+		t.Fatalf("a marked state decoded: %v, marked %v", err, m2.set.Load())
+	}
+
+	out, _, _, err := RestoredLogState(state, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out[0] != 2 {
+		t.Fatalf("a restored state has version %d, want 2 (no control state)", out[0])
+	}
+	f2.mu.Lock()
+	err = f2.decodeLocked(out)
+	f2.mu.Unlock()
+	if err != nil || m2.set.Load() || f2.Member("n1") != "" {
+		t.Fatalf("the restored state decoded: %v, marked %v, member n1 at %q; want no mark and no address", err, m2.set.Load(), f2.Member("n1"))
+	}
+	if _, _, _, err := RestoredLogState(state, 7); err == nil {
+		t.Fatal("a state restored with another floor than its own")
+	}
+	if _, _, _, err := RestoredLogState([]byte{9}, 1); !errors.Is(err, ErrStateVersion) {
+		t.Fatalf("a state of version 9: %v, want ErrStateVersion", err)
+	}
+	if err := m2.RestoreControl([]byte("catalog bytes")); err == nil {
+		t.Fatal("a control state that is no mark restored into a named log")
+	}
+}
