@@ -30,7 +30,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/transport"
@@ -259,21 +258,7 @@ func writeRestoreStream(w io.Writer, state []byte, term uint64, next func() (*ra
 // returns the state, the records' size by its ledger and the number of
 // client sessions.
 func RestoredLogState(state []byte, floor uint64) ([]byte, uint64, int, error) {
-	if len(state) > 0 && !knownStateVersion(state[0]) {
-		return nil, 0, 0, fmt.Errorf("%w: the state machine's state has version %d; this version reads 1 to %d", ErrStateVersion, state[0], StateVersion)
-	}
-	f := NewFSM(nil, hclog.NewNullLogger())
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.decodeLocked(state); err != nil {
-		return nil, 0, 0, fmt.Errorf("the state machine's state: %v", err)
-	}
-	if f.floor != floor {
-		return nil, 0, 0, fmt.Errorf("the state has floor %d, the header %d", f.floor, floor)
-	}
-	f.members = map[string]string{}
-	f.controlBlob = nil
-	return f.encodeLocked(), f.total - f.floorCum, len(f.sessions), nil
+	return restoredState(state, floor, true)
 }
 
 // restoreRefusal is the error of a record operation on a log marked as

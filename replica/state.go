@@ -179,6 +179,11 @@ var ErrStateVersion = errors.New("replica: unknown state version")
 // ErrStateVersion; one that does not decode, or has another floor, with
 // an error saying what is wrong.
 func RestoredState(state []byte, floor uint64) ([]byte, uint64, int, error) {
+	return restoredState(state, floor, false)
+}
+
+// restoredState is RestoredState, and with dropControl RestoredLogState.
+func restoredState(state []byte, floor uint64, dropControl bool) ([]byte, uint64, int, error) {
 	if len(state) > 0 && !knownStateVersion(state[0]) {
 		return nil, 0, 0, fmt.Errorf("%w: the state machine's state has version %d; this version reads 1 to %d", ErrStateVersion, state[0], StateVersion)
 	}
@@ -192,6 +197,9 @@ func RestoredState(state []byte, floor uint64) ([]byte, uint64, int, error) {
 		return nil, 0, 0, fmt.Errorf("the state has floor %d, the header %d", f.floor, floor)
 	}
 	f.members = map[string]string{}
+	if dropControl {
+		f.controlBlob = nil
+	}
 	return f.encodeLocked(), f.total - f.floorCum, len(f.sessions), nil
 }
 
