@@ -222,6 +222,13 @@ func (n *Node) reconcileLoop() {
 	case <-n.ctx.Done():
 		return
 	}
+	// A drop cut short (the node stopped) is finished before any replica
+	// starts: its log was deleted or moved away. A drop that fails while
+	// the node runs leaves the log's groups, by which reconcile finds it
+	// again.
+	for _, id := range n.droppingLogs() {
+		n.dropLog(id, nil)
+	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
@@ -246,13 +253,6 @@ func (n *Node) reconcile(s *catalog.State) {
 	if err != nil {
 		n.cfg.Logger.Error("reading the data dir's logs-born marker", "error", err)
 		return
-	}
-	// A drop cut short (the node stopped) is finished before any replica
-	// starts: its log was deleted or moved away.
-	for _, id := range n.droppingLogs() {
-		if h := n.host.hosted(id); h == nil {
-			n.dropLog(id, nil)
-		}
 	}
 	held := n.db.Groups()
 	for _, l := range s.LogsOf(n.cfg.ID) {
