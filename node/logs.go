@@ -67,7 +67,6 @@ type logHost struct {
 	closed bool                  // set by stopLogs; guarded by mu
 	failed bool                  // set by stopRaft; guarded by mu
 	warned map[uint64]bool       // logs warnLost has warned of; guarded by mu
-	born   uint64                // logsBorn's value once read (ids start at 1); owned by reconcileLoop
 	// drained are the nodes this node, leading, removed once drained
 	// (moves.go), with the index of their removal; guarded by mu.
 	drained map[string]uint64
@@ -249,11 +248,6 @@ func (n *Node) reconcile(s *catalog.State) {
 	if n.mux == nil {
 		return
 	}
-	born, err := n.logsBorn(s)
-	if err != nil {
-		n.cfg.Logger.Error("reading the data dir's logs-born marker", "error", err)
-		return
-	}
 	held := n.db.Groups()
 	for _, l := range s.LogsOf(n.cfg.ID) {
 		if l.ID == catalog.DefaultID || l.State != catalog.LogActive || n.host.hosted(l.ID) != nil || n.host.isDamaged(l.ID) {
@@ -261,10 +255,6 @@ func (n *Node) reconcile(s *catalog.State) {
 		}
 		if l.Lost(n.cfg.ID) && l.Joining != n.cfg.ID {
 			n.warnLost(l) // started empty once its rebuild begins (moves.go)
-			continue
-		}
-		if l.ID < born && l.Joining != n.cfg.ID && !slices.Contains(held, replica.GroupsOf(l.ID).Live) {
-			n.warnLost(l)
 			continue
 		}
 		switch err := n.startLog(s, l); {
@@ -361,48 +351,9 @@ func (n *Node) balanceLeaders(s *catalog.State) {
 	}
 }
 
-// logsBorn returns the catalog's next log id when this data dir first
-// reconciled, recording it (from s) the first time. A log with a lower id
-// was created before this data dir took part in named logs: if the node
-// holds no data of it although the catalog places it here, the node may
-// have held it and lost it (its data dir was wiped and it rejoined), and
-// a raft member that forgot its votes must not vote again; so the node
-// does not start it, and the log runs on its other replicas. A log with a
-// higher id is one the node can never have held, and a log moving a
-// replica to the node (catalog.Log.Joining) is one its leader adds it to
-// as a new member: it starts those from nothing.
-func (n *Node) logsBorn(s *catalog.State) (uint64, error) {
-	if n.host.born != 0 {
-		return n.host.born, nil
-	}
-	born, err := n.readLogsBorn(s)
-	n.host.born = born
-	return born, err
-}
-
-// readLogsBorn reads the logs-born marker, writing it from s the first
-// time (logsBorn).
-func (n *Node) readLogsBorn(s *catalog.State) (uint64, error) {
-	v, ok, err := n.marks.read(logsBornFile)
-	if err != nil {
-		return 0, err
-	}
-	if ok {
-		born, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
-		if err != nil {
-			return 0, fmt.Errorf("node: %s: %w", filepath.Join(n.cfg.DataDir, logsBornFile), err)
-		}
-		return born, nil
-	}
-	born := s.NextID()
-	if err := n.marks.write(logsBornFile, []byte(strconv.FormatUint(born, 10)+"\n")); err != nil {
-		return 0, err
-	}
-	return born, nil
-}
-
-// warnLost logs, once per log, that the node does not start a log it may
-// have lost (logsBorn).
+// warnLost logs, once per log, that the node does not start a log whose
+// replica here the catalog records lost (recordLost), until its rebuild
+// begins.
 func (n *Node) warnLost(l catalog.Log) {
 	n.host.mu.Lock()
 	if n.host.warned == nil {

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net"
 	"os"
 	"slices"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/client"
+	"github.com/raftlog/raftlog/transport"
 )
 
 // A member whose data dir was wiped and that rejoined gets its replicas
@@ -88,6 +90,72 @@ func TestWipedNodeRebuildsItsReplicas(t *testing.T) {
 				}
 			}
 			return len(got) == len(acked)
+		})
+	}
+}
+
+// A node that joins as a new member acts on the catalog only once it is a
+// voter (reconcileLoop). Logs the catalog placed on it meanwhile are ones
+// it never held: once promoted it must run them, voting, like logs
+// created later. (It used to take every log older than its first look at
+// the catalog for one it might have lost and never started them, so each
+// ran on two of its three replicas for good: cluster-test's 5-node run
+// with named logs, a node slow to start.)
+func TestLogsPlacedOnANodeStillJoining(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.FaultInjection = true })
+	leader := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	// n4's raft address is known before it starts, so that the others can
+	// be cut off from it first: it joins (over the client port) but
+	// cannot catch up, so it stays a nonvoter.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	raftAddr := ln.Addr().String()
+	ln.Close()
+	c.addrs["n4"] = [2]string{raftAddr, "127.0.0.1:0"}
+	others := map[string]*Node{}
+	for id, n := range c.nodes {
+		others[id] = n
+		n.faults.layer.partition([]string{raftAddr})
+	}
+	n4 := c.start("n4", func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
+	cl := clusterClient(t, c, nil)
+	var onN4 []*transport.LogInfo
+	for _, name := range []string{"a", "b", "c"} {
+		info, err := cl.CreateLog(ctx, name, client.CreateLogOptions{Replicas: 3})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if slices.Contains(info.Members, "n4") {
+			onN4 = append(onN4, info)
+		}
+	}
+	if len(onN4) == 0 {
+		t.Fatal("no log placed on n4")
+	}
+	select {
+	case <-n4.Voting():
+		t.Fatal("n4 was promoted while cut off")
+	default:
+	}
+	for _, n := range others {
+		n.faults.layer.partition(nil)
+	}
+	c.waitVoter(n4)
+	for _, info := range onN4 {
+		waitFor(t, "n4 runs log "+info.Name+", voting", func() bool {
+			h := n4.host.hosted(info.ID)
+			return h != nil && h.gate.votes()
+		})
+		appendLog(t, ctx, cl.Log(info.Name), info.Name, 5)
+		var lead *Node
+		waitFor(t, "a leader of log "+info.Name, func() bool { lead = logLeader(c, info.ID); return lead != nil })
+		applied := lead.host.hosted(info.ID).r.FSM().Applied.Load()
+		waitFor(t, "n4 applies what log "+info.Name+"'s leader did", func() bool {
+			return n4.host.hosted(info.ID).r.FSM().Applied.Load() >= applied
 		})
 	}
 }

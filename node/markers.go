@@ -23,9 +23,9 @@ import (
 //	               ran without it (bootstrap.go)
 //	removed        removed from the cluster; the node refuses to start
 //	               (removed.go)
-//	logs-born      the catalog's next log id when this data dir first took
-//	               part in named logs (logs.go): a log with a lower id that
-//	               the node holds no data of may be one it lost
+//	logs-born      written by versions of 2026-12-01 and 02 and ignored since:
+//	               a node that lost its data learns which replicas it lost
+//	               from the catalog (recordLost, rejoin.go)
 //	restoring      a restore of a backup that has not finished; the node
 //	               refuses to start (restore.go)
 //
@@ -35,7 +35,6 @@ const (
 	joiningFile   = "joining"
 	bootstrapFile = "bootstrapping"
 	removedFile   = "removed"
-	logsBornFile  = "logs-born"
 )
 
 // markers reads and writes a data dir's marker files. Several goroutines

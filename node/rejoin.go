@@ -350,9 +350,19 @@ var errRemovingSelf = fmt.Errorf("node: a new member cannot take the leader's id
 // before it changes the default log's configuration, so that a node the
 // cluster has taken back is one whose losses are recorded: a leader that
 // crashes in between leaves the node to ask again.
+//
+// This record is the only thing that keeps a node that lost its data from
+// starting, empty and voting, a replica it held, so it reads the catalog
+// only once it has applied every entry committed before (Linearize): a
+// leader newly elected may not have applied them yet, and a log created
+// just before it took over would be missed. A log created after the record
+// is one the node never held: it starts there as on any other node.
 func (n *Node) recordLost(ctx context.Context, id string) error {
 	if n.mux == nil || id == n.cfg.ID { // joinNew refuses the leader's own id
 		return nil
+	}
+	if _, err := n.log.Linearize(ctx); err != nil {
+		return err
 	}
 	// A cancel can leave a loss to record: a few passes, each from the
 	// state the last one left.
