@@ -39,6 +39,10 @@ type clusterConfig struct {
 	flush  string   // "" (sync, the default) or "async"
 	faults bool     // start nodes with --fault-injection
 	args   []string // more flags for every node's serve
+	// late is how many of the last members newCluster leaves unstarted,
+	// with every member in the bootstrap list: a test starts them with
+	// startLate, as nodes that were slow to come up.
+	late int
 }
 
 // cluster is a set of node processes started by one test. Its methods
@@ -75,6 +79,10 @@ type member struct {
 	// cluster (node remove): heal leaves it down, and the cluster's
 	// members (c.logMembers) leave it out from then on.
 	removed atomic.Bool
+	// late is set while the member is one newCluster left unstarted
+	// (clusterConfig.late) and the test has not started yet: the
+	// cluster's members (c.logMembers) leave it out until then.
+	late atomic.Bool
 
 	mu     sync.Mutex // guards the fields below
 	proc   *process   // the running process; nil when none
@@ -127,6 +135,7 @@ func newCluster(t *testing.T, cfg clusterConfig) *cluster {
 			dataDir: filepath.Join(dir, id),
 			logPath: filepath.Join(dir, id+".log"),
 		})
+		c.members[i].late.Store(i >= cfg.nodes-cfg.late)
 	}
 	t.Cleanup(c.shutdown)
 	var err error
@@ -152,8 +161,8 @@ func newCluster(t *testing.T, cfg clusterConfig) *cluster {
 // errPortInUse marks a start that failed because a port was taken.
 var errPortInUse = errors.New("address already in use")
 
-// startAll picks free ports for every member and starts them all,
-// bootstrapping a new cluster.
+// startAll picks free ports for every member and starts them all but the
+// late ones, bootstrapping a new cluster.
 func (c *cluster) startAll() error {
 	ports, err := freePorts(3 * len(c.members))
 	if err != nil {
@@ -167,6 +176,9 @@ func (c *cluster) startAll() error {
 	errs := make([]error, len(c.members))
 	var wg sync.WaitGroup
 	for i, m := range c.members {
+		if m.late.Load() {
+			continue
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -175,6 +187,20 @@ func (c *cluster) startAll() error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// startLate starts m, a member newCluster left unstarted
+// (clusterConfig.late), with its bootstrap flags, and counts it among the
+// cluster's members from then on.
+func (c *cluster) startLate(m *member) error {
+	if !m.late.Load() {
+		return fmt.Errorf("%s: not a late member", m.id)
+	}
+	if err := m.start(nil); err != nil {
+		return err
+	}
+	m.late.Store(false)
+	return nil
 }
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment
@@ -794,6 +820,18 @@ func (c *cluster) copyLogs(dir string) {
 			os.WriteFile(filepath.Join(dir, m.id+".log"), b, 0o644)
 		}
 	}
+}
+
+// keepLogs copies every member's log into a new artefact directory, for a
+// run that failed before it had a history to write, and returns a phrase
+// naming the directory for the failure's message.
+func (c *cluster) keepLogs(seed uint64) string {
+	dir, err := artefactDir(seed)
+	if err != nil {
+		return fmt.Sprintf(" (node logs not kept: %v)", err)
+	}
+	c.copyLogs(dir)
+	return " (node logs in " + dir + ")"
 }
 
 // scanLogs returns a problem for every node log that holds a Go panic or

@@ -169,12 +169,12 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 	defer cancel()
 	if rc.logs > 0 {
 		if err := c.createLogs(ctx, rc.logs, logReplicas); err != nil {
-			t.Fatalf("seed %d: %v", rc.seed, err)
+			t.Fatalf("seed %d: %v%s", rc.seed, err, c.keepLogs(rc.seed))
 		}
 	}
 	w, named, err := startWorkloads(ctx, c, rec, rc.workload, rc.seed)
 	if err != nil {
-		t.Fatalf("seed %d: %v", rc.seed, err)
+		t.Fatalf("seed %d: %v%s", rc.seed, err, c.keepLogs(rc.seed))
 	}
 	probe := func(ctx context.Context) {
 		w.probe(ctx)
