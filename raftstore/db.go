@@ -503,8 +503,10 @@ func (db *DB) Stats() Stats {
 // Set, SetUint64, a new group) fails with it, and reads return only what
 // was durable; the DB must be closed and reopened, which recovers what was
 // durable. Running out of space for the commit log (commitlog.ErrNoSpace)
-// is not a failure: nothing is written and later calls succeed once space
-// is freed. Err reports failures, not Close: after a clean Close it
+// or for a group's index slots (an error wrapping syscall.ENOSPC, once the
+// group has used the room it keeps: see the package doc) is not a
+// failure: nothing is written and later calls succeed once space is
+// freed. Err reports failures, not Close: after a clean Close it
 // returns nil.
 func (db *DB) Err() error {
 	if err := db.err(); err != nil {

@@ -45,14 +45,20 @@
 //
 // A directory holds the commit log (log/), one index directory per group
 // (index/<group>/, fixed-width slots mapping raft indexes to commit-log
-// positions in memory-mapped files, each 4 KiB at first and doubling up to
-// 512 KiB once three quarters of it are used, so that an empty group costs
-// a directory and a tiny one a page, and a full disk fails a write only
-// when its file has no slot left; index.go) and the stable state
+// positions in memory-mapped files of up to 512 KiB, 8 bytes per entry;
+// index.go) and the stable state
 // (stable.0, stable.1: every group's keys, and the commit-log position at
 // which each group id was last dropped; stable.go). Each raft.Log is one
 // commit-log record (codec.go), checked by the log's CRC-32C on every
 // read.
+//
+// A group's index files hold the slots of its entries and room for 2,048
+// more past its last one (16 KiB), made ahead of need in whole pages, a
+// file at least doubling when it grows. So an empty group costs its index
+// directory; a group of up to 511 entries (from index 1) one file of
+// 20 KiB; a larger one at most twice (8 bytes per entry plus 16 KiB) in the
+// file it writes to, 512 KiB per full file before it, and up to 16 KiB of
+// the next file once its last entry is within 2,048 of a file's end.
 //
 // # Durability
 //
@@ -81,6 +87,16 @@
 // id holds only its own entries. Its records go with their segments once
 // no other group needs them, and the position is forgotten once the log
 // no longer reaches below it (drop.go).
+//
+// A full disk is not a failure. Every group keeps its room in the index
+// and the commit log prepares its next segment once the active one is
+// half full, so when the disk fills each group can still store 2,048
+// entries (a trim among them, which frees space), as long as the half
+// segment left holds them (32 MiB by default); past that, StoreLogs fails
+// with an error wrapping
+// syscall.ENOSPC (commitlog.ErrNoSpace for the commit log), writes
+// nothing, and succeeds again once there is space. Making room ahead is
+// tried again by every StoreLogs while it fails, and never fails one.
 //
 // A StoreLogs batch is all or nothing across a crash: recovery removes a
 // batch whose last entry did not reach the disk. A staged commit index

@@ -8,16 +8,30 @@ package raftstore
 // machines: amd64, arm64), each the commit-log position of the entry plus one
 // (0 means empty). Slot i of the file named B describes raft index B+i.
 //
-// A file starts as small as the slots first stored in it need (at least
-// minIndexFileSize, one page) and doubles as slots further on are stored,
-// up to indexFileSize (512 KiB), so that a group of a few entries costs a
-// page of disk and of mapping, not 512 KiB. It doubles once three quarters
-// of it are used (indexFileSizeAhead), so that a full disk stops a group's
-// writes only when a file has no slot left. Growing unmaps the file,
-// extends it (zeroes: empty slots) and maps it again, with readers kept
-// out. A file of any length opens: it is extended to the next size of the
-// series (an older version's files are all 512 KiB, and that version
-// extends a shorter file to 512 KiB when it opens it).
+// A group keeps room on disk for indexRoom (2,048) entries past its last
+// one: every StoreLogs makes sure, before it writes, that the slots of its
+// entries and of the indexRoom indexes after its last one exist, growing
+// the file that holds them and creating the next file ahead of need. A
+// step ahead that fails (the disk is full) fails no write: the next
+// StoreLogs tries it again. So a disk that fills stops a group's writes
+// only once it has stored indexRoom more entries, enough for what raft
+// stores before a leader refuses appends for space (node/space.go) and
+// for the trim that frees it, wherever in its index files the group is.
+// A file created ahead holds no slot until entries reach it: readers look
+// only at slots of [first, last], and recovery sets those from the
+// checkpoint and the commit log, never from the files.
+//
+// A file is a whole number of pages long, up to indexFileSize (512 KiB):
+// as long as its slots up to the room need, and at least twice as long as
+// it was when it grows, so that it grows a few times per file and a group
+// of a few entries costs 20 KiB of disk and of mapping, not 512 KiB.
+// Growing unmaps the file, extends it (zeroes: empty slots) and maps it
+// again, with readers kept out. A file of any length opens: it is
+// extended to a whole number of pages (an older version's files are 4 KiB
+// times a power of two or 512 KiB, and an older version extends a file to
+// its own sizes when it opens it); a file that cannot be extended for lack
+// of space opens with the whole pages it has (a file created ahead whose
+// length a crash lost holds none) and grows when it is needed.
 //
 // The slots are stored through a shared memory mapping as entries are
 // appended, without a sync on the append path. The checkpoint (see db.go)
@@ -27,10 +41,12 @@ package raftstore
 // is read.
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sync/atomic"
+	"syscall"
 	"unsafe"
 
 	"github.com/raftlog/raftlog/commitlog/vfs"
@@ -41,33 +57,22 @@ const (
 	indexSlotSize     = 8
 	indexSlotsPerFile = 1 << 16 // files of at most 512 KiB
 	indexFileSize     = indexSlotSize * indexSlotsPerFile
-	minIndexFileSize  = 4096 // one page: 512 slots
+	indexPageSize     = 4096 // index files are whole pages: 512 slots each
+	// indexRoom is how many slots past its last entry a group keeps on
+	// disk (16 KiB), across index files: the entries it can still store
+	// once the disk is full. See the top of the file.
+	indexRoom = 2048
 )
 
-// indexFileSizeFor returns the length of an index file that holds slots
-// 0..slots-1: the smallest of minIndexFileSize, twice that, ... up to
-// indexFileSize that does.
-func indexFileSizeFor(slots uint64) int {
-	size := minIndexFileSize
-	for uint64(size) < slots*indexSlotSize && size < indexFileSize {
-		size *= 2
+// indexFileSizeFor returns the length an index file that is cur bytes
+// long grows to so that it holds slots 0..slots-1: their bytes rounded up
+// to whole pages, and at least twice cur, up to indexFileSize.
+func indexFileSizeFor(slots uint64, cur int) int {
+	size := indexFileSize
+	if slots < indexSlotsPerFile {
+		size = max(int((slots*indexSlotSize+indexPageSize-1)/indexPageSize*indexPageSize), indexPageSize)
 	}
-	return size
-}
-
-// indexFileSizeAhead is the length an index file that holds slots
-// 0..slots-1 is grown to: indexFileSizeFor(slots), or twice that (up to
-// indexFileSize) once those slots fill more than three quarters of it. So
-// a file grows while a quarter of its slots is still free: a growth that
-// fails because the disk is full costs nothing until the file is full
-// (a trim, which frees space, can still be stored), and only then fails
-// a write.
-func indexFileSizeAhead(slots uint64) int {
-	size := indexFileSizeFor(slots)
-	if size < indexFileSize && slots*indexSlotSize > uint64(size)/4*3 {
-		size *= 2
-	}
-	return size
+	return min(max(size, 2*cur), indexFileSize)
 }
 
 // indexFile is one mapped index file.
@@ -158,41 +163,70 @@ func indexFileName(base uint64) string { return fmt.Sprintf("%020d", base) }
 // fileBase returns the base of the file holding raft index i.
 func fileBase(i uint64) uint64 { return i - i%indexSlotsPerFile }
 
-// openIndexFile opens or creates the index file at base in dir, at least
-// size bytes long (0: as long as it is, rounded up to a size of the
-// series). New files are preallocated and zeroed; the caller syncs the
-// directory.
+// openIndexFile opens the index file at base in dir, or creates it
+// (create), at least size bytes long, and whole pages. A file it creates
+// is preallocated and zeroed, and removed again if that fails, so that a
+// full disk leaves no empty file behind; the caller syncs the directory.
+// An existing file opened with size 0 that cannot be extended for lack of
+// space opens with the whole pages it has (none: unmapped, with no slot).
 func openIndexFile(fs vfs.FS, dir string, base uint64, create bool, size int) (*indexFile, error) {
 	path := filepath.Join(dir, indexFileName(base))
-	flag := os.O_RDWR
-	if create {
-		flag |= os.O_CREATE
-	}
-	f, err := fs.OpenFile(path, flag, 0o644)
+	f, created, err := openOrCreate(fs, path, create)
 	if err != nil {
 		return nil, fmt.Errorf("raftstore: open index %s: %w", path, err)
 	}
+	fail := func(err error) (*indexFile, error) {
+		f.Close()
+		if created {
+			fs.Remove(path)
+		}
+		return nil, err
+	}
+	asked := size
 	have, err := f.Size()
 	if err == nil {
-		size = max(size, indexFileSizeFor(uint64(have+indexSlotSize-1)/indexSlotSize))
+		size = max(size, indexFileSizeFor(uint64(have+indexSlotSize-1)/indexSlotSize, 0))
 		if have < int64(size) {
 			err = f.Allocate(int64(size))
+			if err != nil && asked == 0 && !created && isNoSpace(err) {
+				size, err = int(have/indexPageSize*indexPageSize), nil
+			}
 		}
 	}
 	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("raftstore: allocate index %s: %w", path, err)
+		return fail(fmt.Errorf("raftstore: allocate index %s: %w", path, err))
 	}
 	idx := &indexFile{base: base, path: path, f: f}
 	if err := idx.mapFile(size); err != nil {
-		f.Close()
-		return nil, err
+		return fail(err)
 	}
 	return idx, nil
 }
 
-// mapFile maps the first size bytes of the file.
+// openOrCreate opens the file at path, creating it if create is set and
+// it does not exist; created reports that it did.
+func openOrCreate(fs vfs.FS, path string, create bool) (f vfs.File, created bool, err error) {
+	if create {
+		f, err = fs.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o644)
+		if err == nil || !errors.Is(err, os.ErrExist) {
+			return f, err == nil, err
+		}
+	}
+	f, err = fs.OpenFile(path, os.O_RDWR, 0)
+	return f, false, err
+}
+
+// isNoSpace reports whether err comes from a full file system.
+func isNoSpace(err error) bool {
+	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
+}
+
+// mapFile maps the first size bytes of the file; none when size is 0.
 func (f *indexFile) mapFile(size int) error {
+	if size == 0 {
+		f.m, f.data = nil, nil
+		return nil
+	}
 	m, err := f.f.Map(size)
 	if err != nil {
 		return fmt.Errorf("raftstore: map index %s: %w", f.path, err)
@@ -206,16 +240,19 @@ func (f *indexFile) mapFile(size int) error {
 	return nil
 }
 
-// grown returns the file grown to hold slots 0..slots-1: a new indexFile
-// of the same open file, mapped anew, with the same dirty slots (the
-// mapping is shared, so the slots stored through the old one are in the
-// file). f's mapping is gone: the caller must hold the group's rw lock for
-// writing and publish the new file before releasing it. On failure f is
-// mapped again at its old size, unless that fails too (broken is then
-// set, and f holds no slot).
+// grown returns the file grown to hold slots 0..slots-1 (see
+// indexFileSizeFor): a new indexFile of the same open file, mapped anew,
+// with the same dirty slots (the mapping is shared, so the slots stored
+// through the old one are in the file). f's mapping is gone: the caller
+// must hold the group's rw lock for writing and publish the new file
+// before releasing it. On failure f is mapped again at its old size,
+// unless that fails too (broken is then set, and f holds no slot).
 func (f *indexFile) grown(slots uint64) (g *indexFile, broken bool, err error) {
-	old, size := len(f.data), indexFileSizeFor(slots)
-	f.m.Unmap()
+	old := len(f.data)
+	size := indexFileSizeFor(slots, old)
+	if f.m != nil {
+		f.m.Unmap()
+	}
 	f.m, f.data = nil, nil
 	g = &indexFile{base: f.base, path: f.path, f: f.f, dirtyLo: f.dirtyLo, dirtyHi: f.dirtyHi}
 	err = f.f.Allocate(int64(size))
@@ -244,6 +281,19 @@ func (fs indexFiles) find(i uint64) *indexFile {
 		return nil
 	}
 	return fs[k]
+}
+
+// covers reports whether the files hold every slot of [lo, hi].
+func (fs indexFiles) covers(lo, hi uint64) bool {
+	for b := fileBase(lo); ; b += indexSlotsPerFile {
+		f := fs.find(b)
+		if f == nil || f.slots() <= min(hi, b+indexSlotsPerFile-1)-b {
+			return false
+		}
+		if hi-b < indexSlotsPerFile {
+			return true
+		}
+	}
 }
 
 // parseIndexFileName returns the base named by an index file name.

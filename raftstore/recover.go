@@ -203,7 +203,9 @@ func (s *Store) applyReplay(r *groupReplay) (int, error) {
 	if r.last == 0 {
 		s.dropIndexFiles(func(*indexFile) bool { return true })
 	} else {
-		lo, hi := fileBase(r.first), fileBase(r.last)
+		// Keep the files of the range and of the room past it (files
+		// created ahead: on a full disk they could not be created again).
+		lo, hi := fileBase(r.first), fileBase(roomEnd(r.last))
 		s.dropIndexFiles(func(f *indexFile) bool { return f.base < lo || f.base > hi })
 		if err := s.ensureIndexFiles(r.first, r.last); err != nil {
 			return 0, err
@@ -265,15 +267,16 @@ func (db *DB) addRecovered(group uint64) error {
 }
 
 // checkRecovered checks that the group's first and last entries can be
-// read, and drops index files below the first.
+// read, and drops index files below the first and past the room after the
+// last (left by a deletion of the tail).
 func (s *Store) checkRecovered() error {
 	first, last := s.first.Load(), s.last.Load()
 	if last == 0 {
 		s.dropIndexFiles(func(*indexFile) bool { return true })
 		return nil
 	}
-	keepFrom := fileBase(first)
-	s.dropIndexFiles(func(f *indexFile) bool { return f.base < keepFrom })
+	lo, hi := fileBase(first), fileBase(roomEnd(last))
+	s.dropIndexFiles(func(f *indexFile) bool { return f.base < lo || f.base > hi })
 	var l raft.Log
 	for _, i := range []uint64{first, last} {
 		if err := s.GetLog(i, &l); err != nil {

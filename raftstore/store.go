@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -279,27 +280,18 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	return nil
 }
 
-// ensureIndexFiles creates the index files for [lo, hi], and grows those
-// that do not reach the slots of [lo, hi] yet, or ahead of them
-// (indexFileSizeAhead: a growth ahead that fails is tried again by the
-// next call). wmu must be held.
+// ensureIndexFiles makes the slots of entries [lo, hi] exist before they
+// are stored, creating and growing index files, and fails if it cannot.
+// It makes the indexRoom slots after hi exist too, growing the file that
+// holds them and creating the next one ahead of need: a step ahead that
+// fails fails nothing, and the next call tries it again (index.go). When
+// the room is there already it costs a few loads and compares. wmu must be
+// held.
 func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 	files := *s.files.Load()
-	// need returns how many slots of the file at b [lo, hi] needs.
-	need := func(b uint64) uint64 {
-		if b > hi || b+indexSlotsPerFile-1 < lo {
-			return 0
-		}
-		return min(hi, b+indexSlotsPerFile-1) - b + 1
-	}
-	if files.find(lo) != nil && files.find(hi) != nil {
-		enough := true
-		for b := fileBase(lo); b <= hi && enough; b += indexSlotsPerFile {
-			enough = uint64(indexFileSizeAhead(need(b)))/indexSlotSize <= files.find(b).slots()
-		}
-		if enough {
-			return nil
-		}
+	ahead := roomEnd(hi)
+	if files.covers(lo, ahead) {
+		return nil
 	}
 	// Keep the run contiguous: drop files that cannot join it (only after
 	// everything was deleted), then add what is missing on either side.
@@ -310,33 +302,47 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 		s.dropIndexFiles(func(*indexFile) bool { return true })
 		files = nil
 	}
-	from, to := fileBase(lo), fileBase(hi)
+	from, to := fileBase(lo), fileBase(ahead)
 	if len(files) > 0 {
 		from = min(from, files[0].base)
 		to = max(to, files[len(files)-1].base)
 	}
+	// slots returns how many slots of the file at b [lo, end] needs.
+	slots := func(b, end uint64) uint64 {
+		if b > end || b+indexSlotsPerFile-1 < lo {
+			return 0
+		}
+		return min(end, b+indexSlotsPerFile-1) - b + 1
+	}
+	noRoom := func(err error) error {
+		return fmt.Errorf("raftstore: group %d: no index slots for entries %d..%d: %w", s.group, lo, hi, err)
+	}
 	var next, created indexFiles
 	// Files to grow, by index in next: to the slots wanted, and whether
-	// they are needed now (a growth ahead of need may fail: see
-	// indexFileSizeAhead).
+	// the entries need them now (a growth ahead of need may fail).
 	type growth struct {
 		slots  uint64
 		needed bool
 	}
 	grow := map[int]growth{}
 	for b := from; b <= to; b += indexSlotsPerFile {
+		need, want := slots(b, hi), slots(b, ahead)
 		if f := files.find(b); f != nil {
-			n := need(b)
-			if ahead := uint64(indexFileSizeAhead(n)) / indexSlotSize; ahead > f.slots() {
-				grow[len(next)] = growth{ahead, n > f.slots()}
+			if want > f.slots() {
+				grow[len(next)] = growth{want, need > f.slots()}
 			}
 			next = append(next, f)
 			continue
 		}
-		f, err := openIndexFile(s.db.fs, s.dir, b, true, indexFileSizeAhead(need(b)))
+		f, err := openIndexFile(s.db.fs, s.dir, b, true, indexFileSizeFor(want, 0))
 		if err != nil {
+			if b > fileBase(hi) {
+				// Ahead of need, and past the last file (the run is
+				// contiguous and reaches hi's file): try again later.
+				break
+			}
 			closeIndexFiles(created)
-			return err
+			return noRoom(err)
 		}
 		created = append(created, f)
 		next = append(next, f)
@@ -344,7 +350,12 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 	if len(created) > 0 {
 		if err := s.db.fs.SyncDir(s.dir); err != nil {
 			closeIndexFiles(created)
-			return fmt.Errorf("raftstore: sync directory %s: %w", s.dir, err)
+			if created[0].base <= fileBase(hi) {
+				return fmt.Errorf("raftstore: sync directory %s: %w", s.dir, err)
+			}
+			// Only files ahead of need, the last of the run: leave them
+			// out until a later call syncs their names.
+			next = next[:len(next)-len(created)]
 		}
 	}
 	s.rw.Lock()
@@ -357,7 +368,7 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 				s.db.fail(gerr)
 			}
 			if gr.needed || broken {
-				err = gerr
+				err = noRoom(gerr)
 			}
 			continue
 		}
@@ -365,6 +376,15 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 	}
 	s.files.Store(&next)
 	return err
+}
+
+// roomEnd returns the last index of the room a group keeps past an entry
+// at hi (indexRoom).
+func roomEnd(hi uint64) uint64 {
+	if hi > math.MaxUint64-indexRoom {
+		return hi
+	}
+	return hi + indexRoom
 }
 
 // dropIndexFiles removes the index files drop selects. wmu must be held.

@@ -89,6 +89,26 @@ type Fault struct {
 	Sticky bool
 }
 
+// NoSpace returns the faults of a full disk as node's fault injection
+// makes one (POST /fault/nospace, node/fault.go): from now on, creating a
+// file whose path contains path (every file when it is empty) and
+// Allocate of such a file fail with an error wrapping syscall.ENOSPC, on
+// every call, until ClearFaults. Writes within a file's length, syncs,
+// renames and removals go on working. Inject each of them:
+//
+//	for _, f := range faultfs.NoSpace(dir) {
+//		fs.Inject(f)
+//	}
+//
+// SetCapacity is the other model of a full disk: every growth of a file
+// fails, creating an empty one does not.
+func NoSpace(path string) []Fault {
+	return []Fault{
+		{Op: OpCreate, Path: path, Err: syscall.ENOSPC, Sticky: true},
+		{Op: OpAllocate, Path: path, Err: syscall.ENOSPC, Sticky: true},
+	}
+}
+
 // fault is an injected Fault and its state, guarded by FS.mu.
 type fault struct {
 	Fault

@@ -223,6 +223,49 @@ func TestSeveralFaultsDue(t *testing.T) {
 	}
 }
 
+// TestNoSpace: under the faults of NoSpace, creating a file and Allocate
+// fail with ENOSPC, every time, for the paths given only; opening a file
+// that exists, writing within its length and syncing work; ClearFaults
+// ends it.
+func TestNoSpace(t *testing.T) {
+	fs := newFS(t, 1)
+	f := open(t, fs, "/d/f", rw)
+	check(t, f.Allocate(100))
+	check(t, fs.MkdirAll("/e", 0o755))
+	other := open(t, fs, "/e/g", rw)
+	for _, fault := range faultfs.NoSpace("/d/") {
+		fs.Inject(fault)
+	}
+	isENOSPC := func(what string, err error) {
+		t.Helper()
+		var pe *os.PathError
+		if !errors.As(err, &pe) || !errors.Is(err, syscall.ENOSPC) {
+			t.Fatalf("%s: %v, want *os.PathError with ENOSPC", what, err)
+		}
+	}
+	for range 2 {
+		_, err := fs.OpenFile("/d/new", rw, 0o644)
+		isENOSPC("create", err)
+		isENOSPC("allocate", f.Allocate(200))
+		isENOSPC("allocate within the length", f.Allocate(50))
+	}
+	if names, err := fs.ReadDir("/d"); err != nil || len(names) != 1 {
+		t.Fatalf("ReadDir = %q, %v after failed creations, want only f", names, err)
+	}
+	g, err := fs.OpenFile("/d/f", os.O_RDWR|os.O_CREATE, 0o644)
+	check(t, err)
+	check(t, g.Close())
+	write(t, f, 10, []byte("still"))
+	check(t, f.Sync())
+	check(t, other.Allocate(1000))
+	if size, _ := f.Size(); size != 100 {
+		t.Fatalf("size %d after failed allocations, want 100", size)
+	}
+	fs.ClearFaults()
+	check(t, f.Allocate(200))
+	check(t, open(t, fs, "/d/new", rw).Close())
+}
+
 func TestCapacity(t *testing.T) {
 	fs := newFS(t, 1)
 	fs.SetCapacity(10000)
