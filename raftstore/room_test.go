@@ -19,9 +19,12 @@ import (
 // rmOptions are the options of the room tests: crOptions with segments of
 // 1 MiB, so that the commit log has room for a few thousand small entries
 // when the disk fills (it prepares its next segment once the active one
-// is half full) and the index is what runs out.
-func rmOptions(fs *faultfs.FS) *Options {
-	opts := crOptions(fs, SyncFlush)
+// is half full) and the index is what runs out. The tests that do not
+// crash use AsyncFlush: faultfs copies a file's contents at each sync,
+// and thousands of syncs of a 1 MiB segment take most of a minute under
+// the race detector.
+func rmOptions(fs *faultfs.FS, flush FlushMode) *Options {
+	opts := crOptions(fs, flush)
 	opts.SegmentSize = 1 << 20
 	return opts
 }
@@ -108,7 +111,7 @@ func TestIndexRoomOnFullDisk(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			fs := faultfs.New(7)
-			db, err := OpenDB(crDir, rmOptions(fs))
+			db, err := OpenDB(crDir, rmOptions(fs, AsyncFlush))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,7 +154,7 @@ func TestIndexRoomOnFullDisk(t *testing.T) {
 			for _, f := range faultfs.NoSpace(crDir + "/" + indexDirName + "/") {
 				fs.Inject(f)
 			}
-			if db, err = OpenDB(crDir, rmOptions(fs)); err != nil {
+			if db, err = OpenDB(crDir, rmOptions(fs, AsyncFlush)); err != nil {
 				t.Fatalf("reopen with no space for index files: %v", err)
 			}
 			s, _ = db.Store(1)
@@ -188,7 +191,7 @@ func TestIndexRoomAheadFile(t *testing.T) {
 		for _, crash := range []string{"crash", "drop-all", "keep-all"} {
 			t.Run(fmt.Sprintf("checkpoint=%v/%s", checkpoint, crash), func(t *testing.T) {
 				fs := faultfs.New(3)
-				db, err := OpenDB(crDir, rmOptions(fs))
+				db, err := OpenDB(crDir, rmOptions(fs, SyncFlush))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -218,7 +221,7 @@ func TestIndexRoomAheadFile(t *testing.T) {
 				for _, f := range faultfs.NoSpace(db.groupDir(1) + "/" + ahead) {
 					fs.Inject(f)
 				}
-				if db, err = OpenDB(crDir, rmOptions(fs)); err != nil {
+				if db, err = OpenDB(crDir, rmOptions(fs, SyncFlush)); err != nil {
 					t.Fatalf("reopen after a crash, with no space for the file ahead: %v", err)
 				}
 				s, _ = db.Store(1)
@@ -229,9 +232,7 @@ func TestIndexRoomAheadFile(t *testing.T) {
 					t.Fatalf("the index file created ahead is gone after a crash")
 				}
 				// Up to the end of the first file: slots that survived.
-				for m.last() < indexSlotsPerFile-1 {
-					crStore(t, s, m, ctEntries(m.last()+1, 1, 1, 1))
-				}
+				crStore(t, s, m, ctEntries(m.last()+1, int(indexSlotsPerFile-1-m.last()), 1, 1))
 				if room := rmRoom(s); room == 0 {
 					// The crash lost the length of the file ahead, and
 					// the full disk kept open from extending it.
@@ -272,7 +273,7 @@ func TestIndexRoomAheadFile(t *testing.T) {
 // makes before it writes allocates nothing and touches no file (it
 // publishes no new run of files).
 func TestIndexRoomNoStepDue(t *testing.T) {
-	db, err := OpenDB(crDir, rmOptions(faultfs.New(1)))
+	db, err := OpenDB(crDir, rmOptions(faultfs.New(1), AsyncFlush))
 	if err != nil {
 		t.Fatal(err)
 	}
