@@ -412,18 +412,3 @@ func (c *cluster) checkLog(t *testing.T, rec *recorder, name string) {
 	}
 	t.Logf("log %s: %s; %d members agree", name, describeOps(h), len(logs))
 }
-
-// keepLogsIfFailed copies the node logs to a directory under os.TempDir()
-// when t failed, and says where.
-func (c *cluster) keepLogsIfFailed(t *testing.T) {
-	if !t.Failed() {
-		return
-	}
-	dir, err := artefactDir(0)
-	if err != nil {
-		t.Logf("keeping the node logs: %v", err)
-		return
-	}
-	c.copyLogs(dir)
-	t.Logf("node logs: %s", dir)
-}

@@ -824,14 +824,47 @@ func (c *cluster) copyLogs(dir string) {
 
 // keepLogs copies every member's log into a new artefact directory, for a
 // run that failed before it had a history to write, and returns a phrase
-// naming the directory for the failure's message.
+// for the failure's message: the directory, and the last warnings and
+// errors of each node (a CI machine's directories are gone with it).
 func (c *cluster) keepLogs(seed uint64) string {
 	dir, err := artefactDir(seed)
 	if err != nil {
-		return fmt.Sprintf(" (node logs not kept: %v)", err)
+		return fmt.Sprintf(" (node logs not kept: %v)%s", err, c.logTails(tailLines))
 	}
 	c.copyLogs(dir)
-	return " (node logs in " + dir + ")"
+	return " (node logs in " + dir + ")" + c.logTails(tailLines)
+}
+
+// keepLogsIfFailed keeps the node logs as keepLogs does when t failed, and
+// says where.
+func (c *cluster) keepLogsIfFailed(t *testing.T) {
+	if t.Failed() {
+		t.Log("node logs:" + c.keepLogs(0))
+	}
+}
+
+// tailLines is how many warnings and errors of each node logTails gives.
+const tailLines = 12
+
+// logTails returns the last n warning and error lines of each member's
+// log, one block per member.
+func (c *cluster) logTails(n int) string {
+	var b strings.Builder
+	for _, m := range c.members {
+		data, err := os.ReadFile(m.logPath)
+		if err != nil {
+			continue
+		}
+		var lines []string
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, "[WARN]") || strings.Contains(l, "[ERROR]") || strings.Contains(l, "=== cluster-test") {
+				lines = append(lines, l)
+			}
+		}
+		lines = lines[max(0, len(lines)-n):]
+		fmt.Fprintf(&b, "\n--- %s: last %d warnings and errors\n%s", m.id, len(lines), strings.Join(lines, "\n"))
+	}
+	return b.String()
 }
 
 // scanLogs returns a problem for every node log that holds a Go panic or

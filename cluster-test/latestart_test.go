@@ -21,6 +21,7 @@ import (
 func TestLateBootstrapMember(t *testing.T) {
 	skipShort(t)
 	c := newCluster(t, clusterConfig{nodes: 5, late: 1})
+	defer c.keepLogsIfFailed(t)
 	late := c.members[4]
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -43,11 +44,11 @@ func TestLateBootstrapMember(t *testing.T) {
 		t.Fatal(err)
 	}
 	if err := c.waitVoter(ctx, late, 2*healthyTimeout); err != nil {
-		t.Fatalf("the late node: %v%s", err, c.keepLogs(0))
+		t.Fatalf("the late node: %v", err)
 	}
 	for _, l := range c.logs {
 		if _, err := c.waitLogHealthy(ctx, l.name, 2*healthyTimeout); err != nil {
-			t.Fatalf("%v%s", err, c.keepLogs(0))
+			t.Fatal(err)
 		}
 	}
 	for _, name := range onLate {
@@ -56,7 +57,7 @@ func TestLateBootstrapMember(t *testing.T) {
 			return err == nil && st.Voting, nil
 		})
 		if err != nil {
-			t.Fatalf("%s's replica of log %s does not vote: %v%s", late.id, name, err, c.keepLogs(0))
+			t.Fatalf("%s's replica of log %s does not vote: %v", late.id, name, err)
 		}
 	}
 	cl, err := client.Dial(ctx, c.clientAddrs(), nil)
