@@ -205,11 +205,16 @@ func (r *Replica) awaitCommit(ctx context.Context, index uint64, timeout time.Du
 	}
 }
 
-// restoreError turns an error of raft.Restore into the one a client sees.
+// restoreError turns an error of raft.Restore into the one a client sees:
+// raft's refusals as RaftError gives them (NotLeader, or Unavailable, which
+// the client retries, uploading again: a leader whose transfer of the
+// leadership is under way refuses a restore before it does anything), any
+// other failure as the restore's.
 func (r *Replica) restoreError(err error) error {
-	switch {
-	case errors.Is(err, raft.ErrNotLeader), errors.Is(err, raft.ErrLeadershipLost), errors.Is(err, raft.ErrRaftShutdown), errors.Is(err, raft.ErrEnqueueTimeout):
-		return r.RaftError(err)
+	for _, refusal := range []error{raft.ErrNotLeader, raft.ErrLeadershipLost, raft.ErrRaftShutdown, raft.ErrEnqueueTimeout, raft.ErrLeadershipTransferInProgress} {
+		if errors.Is(err, refusal) {
+			return r.RaftError(err)
+		}
 	}
 	return fmt.Errorf("replica: restore: %w", err)
 }

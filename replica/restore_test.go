@@ -2,11 +2,30 @@ package replica
 
 import (
 	"errors"
+	"fmt"
 	"testing"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/transport"
 )
+
+// A restore raft refuses before it does anything comes back Unavailable,
+// which the client retries; a leadership transfer under way is one such
+// refusal (a new named log's leadership moves to its preferred leader:
+// node TestNamedLogRestoreRefusals met it in CI as an Internal error).
+func TestRestoreErrorRetryable(t *testing.T) {
+	r := &Replica{}
+	for _, err := range []error{raft.ErrLeadershipTransferInProgress, raft.ErrRaftShutdown, raft.ErrEnqueueTimeout} {
+		if got := r.restoreError(fmt.Errorf("restore: %w", err)); transport.ErrorCode(got) != transport.CodeUnavailable {
+			t.Errorf("raft.Restore failing with %v: %v (code %v), want Unavailable", err, got, transport.ErrorCode(got))
+		}
+	}
+	if got := r.restoreError(errors.New("disk on fire")); transport.ErrorCode(got) == transport.CodeUnavailable {
+		t.Errorf("a restore that failed otherwise: %v, want it not retried as Unavailable", got)
+	}
+}
 
 // The mark of a restore is a named log's control state: set by its
 // command, kept in the state (as version 3), and gone from a state a
