@@ -2,7 +2,6 @@ package node
 
 import (
 	"context"
-	"net"
 	"os"
 	"slices"
 	"testing"
@@ -109,12 +108,7 @@ func TestLogsPlacedOnANodeStillJoining(t *testing.T) {
 	// n4's raft address is known before it starts, so that the others can
 	// be cut off from it first: it joins (over the client port) but
 	// cannot catch up, so it stays a nonvoter.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	raftAddr := ln.Addr().String()
-	ln.Close()
+	raftAddr := freeAddrs(t, 1)[0]
 	c.addrs["n4"] = [2]string{raftAddr, "127.0.0.1:0"}
 	others := map[string]*Node{}
 	for id, n := range c.nodes {
