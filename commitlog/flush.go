@@ -2,7 +2,6 @@ package commitlog
 
 import (
 	"fmt"
-	"runtime"
 	"sync"
 	"time"
 )
@@ -40,8 +39,10 @@ func (l *Log) WaitDurable(end int64) error {
 		return ErrClosed
 	}
 	l.waiters = append(l.waiters, w)
-	l.nwaiters.Store(int64(len(l.waiters)))
+	n := int64(len(l.waiters))
+	l.nwaiters.Store(n)
 	l.wmu.Unlock()
+	l.linger.registered(n)
 	select {
 	case l.kick <- struct{}{}:
 	default: // a sync is already asked for; it will see this waiter
@@ -98,19 +99,13 @@ func (l *Log) flushLoop() {
 // groupCommit takes every registered waiter, syncs once, and completes
 // them all. Waiters registered after the swap wait for the next round.
 //
-// Before it swaps, it gives appenders a moment to join: when fewer have
-// registered than the last round released plus those that were already
-// waiting for this one, the released appenders are most likely writing
-// their next records right now, and letting them register first makes one
-// sync do the work of several. The wait yields the processor to them and
-// lasts at most a quarter of the last sync's duration, so a lone appender
-// never waits at all.
+// Before it swaps, it may wait a moment for more appenders to join (see
+// linger.go): at most a quarter of the last sync's duration, never when
+// the appenders it expects have registered already, and less and less
+// often while its waits gain no appender.
 func (l *Log) groupCommit() {
 	if want := l.lastBatch; want > 1 && l.nwaiters.Load() < want {
-		deadline := time.Now().Add(l.lastSync / 4)
-		for l.nwaiters.Load() < want && time.Now().Before(deadline) {
-			runtime.Gosched()
-		}
+		l.linger.wait(want, l.nwaiters.Load, l.lastSync/4, l.closing)
 	}
 	l.wmu.Lock()
 	ws := l.waiters
@@ -158,7 +153,14 @@ func (l *Log) syncAll() error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
 	t := l.tail.Load()
-	return l.syncLocked(t.end, t.lastRecord, t.lastTS, t.records)
+	at := t.tailMark
+	if at.end > l.wrote.Load() {
+		// A Write has published t and not yet its wrote, which still
+		// names the tail before it: sync up to there, and count its
+		// records, not none.
+		at = t.before
+	}
+	return l.syncLocked(at.end, at.lastRecord, at.lastTS, at.records)
 }
 
 // syncLocked syncs [flushed, target) and advances the durable state. A

@@ -66,6 +66,14 @@ type RecoveryInfo struct {
 // tail describes the end of the written log; writers publish a new one
 // after every append so that the flusher can read it without taking mu.
 type tail struct {
+	tailMark
+	// before is the tail this one replaced: what wrote still names while
+	// a Write has published this tail and not yet its wrote (syncAll).
+	before tailMark
+}
+
+// tailMark is one end of the written log.
+type tailMark struct {
 	end        int64 // logical end of written bytes
 	lastRecord int64 // position of the last record before end, -1 if none
 	lastTS     int64 // its store timestamp
@@ -161,6 +169,7 @@ type Log struct {
 	nwaiters     atomic.Int64  // len(waiters), readable without wmu
 	lastBatch    int64         // flusher: waiters the next round can expect
 	lastSync     time.Duration // flusher: duration of the last round's sync
+	linger       *linger       // flusher: its wait for appenders to join a round
 	kick         chan struct{}
 
 	closing chan struct{}
@@ -188,6 +197,7 @@ func Open(dir string, opts *Options) (*Log, error) {
 		fs:      fs,
 		lock:    lock,
 		kick:    make(chan struct{}, 1),
+		linger:  newLinger(),
 		closing: make(chan struct{}),
 	}
 	if err := l.recover(); err != nil {
@@ -403,7 +413,10 @@ func (l *Log) Write(payloads [][]byte) (positions []int64, end int64, err error)
 	l.lastRecord = positions[len(positions)-1]
 	l.lastTS = ts
 	l.records += uint64(len(payloads))
-	l.tail.Store(&tail{end: end, lastRecord: l.lastRecord, lastTS: ts, records: l.records})
+	l.tail.Store(&tail{
+		tailMark: tailMark{end: end, lastRecord: l.lastRecord, lastTS: ts, records: l.records},
+		before:   l.tail.Load().tailMark,
+	})
 	l.wrote.Store(end)
 	l.maybePrepare()
 	l.opts.Metrics.IncCounter(MetricAppends, uint64(len(payloads)))

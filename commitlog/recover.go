@@ -166,7 +166,8 @@ func (l *Log) recover() error {
 	l.active = keep[len(keep)-1]
 	l.activeSince = time.Now()
 	l.lastRecord, l.lastTS = lastRecord, lastTS
-	l.tail.Store(&tail{end: end, lastRecord: lastRecord, lastTS: lastTS})
+	at := tailMark{end: end, lastRecord: lastRecord, lastTS: lastTS}
+	l.tail.Store(&tail{tailMark: at, before: at})
 	l.wrote.Store(end)
 
 	if l.info.Crashed {
@@ -226,7 +227,8 @@ func (l *Log) initFresh() error {
 	l.segs.Store(&list)
 	l.active = s
 	l.activeSince = time.Now()
-	l.tail.Store(&tail{end: 0, lastRecord: -1})
+	empty := tailMark{end: 0, lastRecord: -1}
+	l.tail.Store(&tail{tailMark: empty, before: empty})
 	return l.markOpen()
 }
 

@@ -60,7 +60,8 @@ func (l *Log) Truncate(to int64) error {
 		l.readMu.Lock()
 		l.wrote.Store(to)
 		l.lastRecord, l.lastTS = prevRecord, prevTS
-		l.tail.Store(&tail{end: to, lastRecord: prevRecord, lastTS: prevTS, records: l.records})
+		at := tailMark{end: to, lastRecord: prevRecord, lastTS: prevTS, records: l.records}
+		l.tail.Store(&tail{tailMark: at, before: at})
 		l.readMu.Unlock()
 	}
 	l.syncMu.Unlock()

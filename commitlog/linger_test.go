@@ -1,0 +1,124 @@
+package commitlog
+
+import (
+	"runtime"
+	"slices"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// TestLingerBacksOff: waits that run to their bound with no appender
+// joining make the flusher skip the next rounds, twice as many after each,
+// up to maxLingerBackoff; waits that gain an appender halve the skip.
+func TestLingerBacksOff(t *testing.T) {
+	g := newLinger()
+	none := func() int64 { return 1 }
+	var waited []int
+	for round := range 300 {
+		before := g.waits
+		g.wait(3, none, time.Millisecond, nil)
+		if g.waits != before {
+			waited = append(waited, round)
+		}
+	}
+	// Skips of 1, 2, 4, ..., 64, then 64 again.
+	want := []int{0, 2, 5, 10, 19, 36, 69, 134, 199, 264}
+	if !slices.Equal(waited, want) {
+		t.Fatalf("rounds that waited: %v, want %v", waited, want)
+	}
+	if g.idle != uint64(len(want)) || g.backoff != maxLingerBackoff {
+		t.Fatalf("idle waits %d, backoff %d; want %d and %d", g.idle, g.backoff, len(want), maxLingerBackoff)
+	}
+
+	// Appenders that join during the wait (after its bound here, before
+	// the flusher looked again) halve the backoff at each wait.
+	var n int64
+	growing := func() int64 { n++; return n }
+	g.skip = 0
+	for _, backoff := range []int{32, 16, 8, 4, 2, 1, 0, 0} {
+		n = 0
+		g.wait(3, growing, time.Millisecond, nil)
+		if g.backoff != backoff || g.skip != 0 {
+			t.Fatalf("after a wait that gained: backoff %d, skip %d; want %d and 0", g.backoff, g.skip, backoff)
+		}
+	}
+}
+
+// TestLingerWokenByAppender: the appender whose registration brings the
+// waiters to the number waited for wakes the flusher at once; one that
+// does not, does not.
+func TestLingerWokenByAppender(t *testing.T) {
+	g := newLinger()
+	g.want.Store(3)
+	g.registered(2)
+	if len(g.joined) != 0 {
+		t.Fatal("the second of three waiters woke the flusher")
+	}
+	g.registered(3)
+	if len(g.joined) != 1 {
+		t.Fatal("the third of three waiters did not wake the flusher")
+	}
+	g.want.Store(0)
+	g.registered(4)
+	<-g.joined
+	if len(g.joined) != 0 {
+		t.Fatal("a waiter woke a flusher that was not waiting")
+	}
+
+	// A real wait, with a bound far longer than the test, ended by the
+	// appender that registers third, as WaitDurable registers: count
+	// first, then the wake-up. A wake-up left over from before is not
+	// taken for it.
+	g.joined <- struct{}{}
+	var n atomic.Int64
+	n.Store(1)
+	go func() {
+		for g.want.Load() != 3 {
+			runtime.Gosched()
+		}
+		g.registered(n.Add(1))
+		g.registered(n.Add(1))
+	}()
+	g.wait(3, n.Load, time.Hour, nil)
+	if g.idle != 0 || g.backoff != 0 {
+		t.Fatalf("a wait ended by its third appender counted as idle (idle %d, backoff %d)", g.idle, g.backoff)
+	}
+	if got := n.Load(); got != 3 {
+		t.Fatalf("the wait ended with %d appenders registered, want 3: the wake-up left over ended it", got)
+	}
+}
+
+// TestLingerClosing: Close ends a wait.
+func TestLingerClosing(t *testing.T) {
+	g := newLinger()
+	closing := make(chan struct{})
+	close(closing)
+	g.wait(3, func() int64 { return 1 }, time.Hour, closing)
+	if g.waits != 1 {
+		t.Fatalf("waits %d, want 1", g.waits)
+	}
+}
+
+// TestLingerLoneAppender: one appender appending back to back often
+// registers again before the flusher has counted the round it released
+// it in, so the flusher expects two and waits for a second that never
+// comes. Those waits gain nothing, and the backoff keeps them to a few.
+func TestLingerLoneAppender(t *testing.T) {
+	l, err := Open(t.TempDir(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	const appends = 200
+	for range appends {
+		if _, err := l.Append([]byte("record")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	// The rounds of TestLingerBacksOff: 9 waits in the first 200 at most.
+	if g := l.linger; g.waits > 9 || g.idle != g.waits {
+		t.Fatalf("the flusher waited %d times (%d of them for no one) in %d appends by a lone appender; want at most 9, all for no one", g.waits, g.idle, appends)
+	}
+}
