@@ -152,34 +152,32 @@ func (l *Log) finishWaiters(ws []*waiter, err error) {
 func (l *Log) syncAll() error {
 	l.syncMu.Lock()
 	defer l.syncMu.Unlock()
-	t := l.tail.Load()
-	at := t.tailMark
-	if at.end > l.wrote.Load() {
-		// A Write has published t and not yet its wrote, which still
-		// names the tail before it: sync up to there, and count its
-		// records, not none.
-		at = t.before
-	}
-	return l.syncLocked(at.end, at.lastRecord, at.lastTS, at.records)
+	return l.syncLocked(l.writtenLocked())
 }
 
-// syncLocked syncs [flushed, target) and advances the durable state. A
-// failed sync fails the log. syncMu must be held.
-//
-// The target is clamped to the end of the written log: flushed never
-// passes wrote, so no append below flushed can ever be acknowledged without
-// a sync. Only a truncation moves wrote back, and it does so under syncMu,
-// so wrote read here stays valid for the whole sync.
-func (l *Log) syncLocked(target, lastRecord, lastTS int64, records uint64) error {
+// writtenLocked returns the mark of the end of what is written: the tail,
+// or, while a Write has published its tail and not yet its wrote, the
+// tail before it, which wrote still names (see Write), so that a sync
+// then covers those bytes and counts their records. syncMu must be held:
+// wrote moves back only under it (Truncate), so the mark returned never
+// ends past wrote while the caller holds syncMu.
+func (l *Log) writtenLocked() tailMark {
+	t := l.tail.Load()
+	if t.end > l.wrote.Load() {
+		return t.before
+	}
+	return t.tailMark
+}
+
+// syncLocked syncs [flushed, at.end) and advances the durable state to
+// at. A failed sync fails the log. syncMu must be held, and at must come
+// from writtenLocked under it: flushed never passes wrote, so no append
+// below flushed can ever be acknowledged without a sync.
+func (l *Log) syncLocked(at tailMark) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	if w := l.wrote.Load(); target > w {
-		// A tail published a moment before its wrote (see Write): sync
-		// what is written, and leave the newest durable record as it
-		// was, since the one named ends past w.
-		target, lastRecord, records = w, -1, l.syncedRecords
-	}
+	target, lastRecord, lastTS, records := at.end, at.lastRecord, at.lastTS, at.records
 	from := l.flushed.Load()
 	if target <= from {
 		return nil

@@ -45,8 +45,7 @@ func (l *Log) Truncate(to int64) error {
 	// Everything before to must be durable before the new epoch starts
 	// there: recovery scans from the checkpoint on.
 	if l.flushed.Load() < to {
-		t := l.tail.Load()
-		err = l.syncLocked(t.end, t.lastRecord, t.lastTS, t.records)
+		err = l.syncLocked(l.writtenLocked())
 	}
 	if err == nil {
 		l.epoch++
