@@ -301,6 +301,18 @@ func runCluster(ctx context.Context, cfg *clusterConfig, out, progress io.Writer
 	var problems []string
 	for round := range cfg.rounds {
 		for wi, w := range cfg.workloads {
+			if w.key == floorWorkload {
+				fmt.Fprintf(progress, "round %d/%d, floor of one sync append: ", round+1, cfg.rounds)
+				f, err := measureFloor(base, floorSamples)
+				if err != nil {
+					fmt.Fprintln(progress, "FAILED:", err)
+					problems = append(problems, fmt.Sprintf("round %d, floor: %v", round+1, err))
+				} else {
+					fmt.Fprintf(progress, "fdatasync p50 %s, loopback round trip p50 %s: %s\n",
+						fmtSeconds(f.FsyncP50), fmtSeconds(f.RTTP50), fmtSeconds(f.syncAppend()))
+					rep.floors = append(rep.floors, f)
+				}
+			}
 			// Rotate the order of the systems from cell to cell, so that
 			// none always runs first or right after another's writeback.
 			order := slices.Clone(cfg.systems)

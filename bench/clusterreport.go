@@ -37,6 +37,7 @@ type clusterReport struct {
 	versions versions
 	res      *results
 	cells    []*cellResult
+	floors   []floor // one per round that ran floorWorkload
 	problems []string
 }
 
@@ -151,6 +152,7 @@ func (r *clusterReport) printMarkdown(out io.Writer) {
 		writeRow(out, row)
 	}
 	fmt.Fprintln(out)
+	r.printFloor(out)
 
 	fmt.Fprintf(out, "## Every figure\n\n")
 	fmt.Fprintf(out, "CPU is seconds per 1,000 acked records: the three servers together, and the bench process that runs the clients. "+
@@ -257,6 +259,7 @@ func (r *clusterReport) printJSON(out io.Writer) error {
 		Settings   []string      `json:"settings"`
 		Rows       []jsonRow     `json:"rows"`
 		Cells      []*cellResult `json:"cells"`
+		Floors     []floor       `json:"floors,omitempty"`
 		Problems   []string      `json:"problems,omitempty"`
 	}{
 		Date:       m.date,
@@ -272,6 +275,7 @@ func (r *clusterReport) printJSON(out io.Writer) error {
 		Rounds:     r.cfg.rounds,
 		Settings:   r.settings(),
 		Cells:      r.cells,
+		Floors:     r.floors,
 		Problems:   r.problems,
 	}
 	num := func(x float64) *float64 {
