@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"path/filepath"
+	"reflect"
 	"testing"
 	"time"
 
@@ -133,23 +134,18 @@ func (c *testCluster) waitLeader() *Node {
 	return nil
 }
 
-// waitApplied waits until some node's applied index moves or d passes:
-// polling without sleeping blindly.
+// waitApplied waits until some node's applied index (of the default
+// log) moves or d passes: polling without sleeping blindly.
 func waitApplied(t testing.TB, nodes map[string]*Node, d time.Duration) {
 	t.Helper()
 	timer := time.NewTimer(d)
 	defer timer.Stop()
+	cases := []reflect.SelectCase{{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(timer.C)}}
 	for _, n := range nodes {
 		_, ch := n.fsm.AppliedCh()
-		select {
-		case <-ch:
-			return
-		case <-timer.C:
-			return
-		default:
-		}
+		cases = append(cases, reflect.SelectCase{Dir: reflect.SelectRecv, Chan: reflect.ValueOf(ch)})
 	}
-	<-timer.C
+	reflect.Select(cases)
 }
 
 // follower returns a node of c that does not lead.

@@ -145,7 +145,9 @@ func TestNoSpaceOnFollowers(t *testing.T) {
 	if _, body := get(t, leader, "/metrics"); !strings.Contains(body, "\nraftlog_appends_refusing 0\n") {
 		t.Fatalf("leader's raftlog_appends_refusing is not 0 after space was freed")
 	}
-	waitApplied(t, c.nodes, 20*time.Second)
+	for _, f := range followers {
+		waitCaughtUp(t, f, resp.Indexes[0])
+	}
 }
 
 // A follower whose disk fills up fails to store what raft sends it, but
@@ -178,7 +180,7 @@ func TestFollowerOutOfSpaceRecovers(t *testing.T) {
 	}
 	full.faults.fs.noSpace.Store(false)
 	full.space.invalidate()
-	waitApplied(t, c.nodes, 30*time.Second)
+	waitCaughtUp(t, full, leader.raft.LastIndex())
 	if err := full.Err(); err != nil {
 		t.Fatalf("the follower stopped: %v", err)
 	}
