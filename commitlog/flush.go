@@ -177,14 +177,13 @@ func (l *Log) syncLocked(at tailMark) error {
 	if err := l.Err(); err != nil {
 		return err
 	}
-	target, lastRecord, lastTS, records := at.end, at.lastRecord, at.lastTS, at.records
 	from := l.flushed.Load()
-	if target <= from {
+	if at.end <= from {
 		return nil
 	}
 	start := time.Now()
 	for _, s := range *l.segs.Load() {
-		lo, hi := max(from, s.base), min(target, s.end())
+		lo, hi := max(from, s.base), min(at.end, s.end())
 		if lo >= hi {
 			continue
 		}
@@ -202,17 +201,17 @@ func (l *Log) syncLocked(at tailMark) error {
 			return l.fail(fmt.Errorf("sync %s: %w", s.path, err))
 		}
 	}
-	l.flushed.Store(target)
-	if lastRecord >= 0 {
-		l.durableRecord, l.durableTS = lastRecord, lastTS
+	l.flushed.Store(at.end)
+	if at.lastRecord >= 0 {
+		l.durableRecord, l.durableTS = at.lastRecord, at.lastTS
 	}
 	m := l.opts.Metrics
 	m.IncCounter(MetricSyncs, 1)
 	m.Observe(MetricSyncSeconds, since(start))
-	m.Observe(MetricFlushLagBytes, float64(target-from))
-	if records >= l.syncedRecords {
-		m.Observe(MetricRecordsPerSync, float64(records-l.syncedRecords))
-		l.syncedRecords = records
+	m.Observe(MetricFlushLagBytes, float64(at.end-from))
+	if at.records >= l.syncedRecords {
+		m.Observe(MetricRecordsPerSync, float64(at.records-l.syncedRecords))
+		l.syncedRecords = at.records
 	}
 	return nil
 }
