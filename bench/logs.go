@@ -47,6 +47,8 @@ type logsConfig struct {
 	nodeBin      string        // a built cmd/node; "" builds one
 	json         bool
 	seed         uint64
+	pprof        []int  // profile every node over the windows of the cells of these many named logs (0: the default log alone)
+	pprofDir     string // where profiles go
 }
 
 // logsSpreadWait bounds the wait for every log to have a leader and for
@@ -76,7 +78,7 @@ func logsMain(args []string) int {
 func parseLogsFlags(args []string) (*logsConfig, error) {
 	fs := flag.NewFlagSet("bench logs", flag.ContinueOnError)
 	cfg := &logsConfig{}
-	var counts, only string
+	var counts, only, pprof string
 	var quick bool
 	fs.StringVar(&cfg.dir, "dir", os.TempDir(), "create the run's temporary directory (removed at the end) under `path`: every node's data goes there")
 	fs.BoolVar(&cfg.keep, "keep", false, "keep the run's directory (data and node logs)")
@@ -94,6 +96,8 @@ func parseLogsFlags(args []string) (*logsConfig, error) {
 	fs.StringVar(&cfg.nodeBin, "node-bin", "", "the raftlog node `binary` to run; default: go build ../cmd/node into the run's directory")
 	fs.BoolVar(&cfg.json, "json", false, "print the results as one JSON object instead of Markdown")
 	fs.Uint64Var(&cfg.seed, "seed", 1, "seed of the record payloads")
+	fs.StringVar(&pprof, "pprof", "", "take a CPU profile of every node over the measured window of the cells of these comma-separated `counts` of named logs (0: the default log alone), each round")
+	fs.StringVar(&cfg.pprofDir, "pprof-dir", ".", "the `directory` -pprof writes logs<N>-<node>[-round<R>].pprof to")
 	fs.BoolVar(&quick, "quick", false, "smoke run: 1s windows after 500ms of warm-up, logs 1,8, 2 failover repetitions (explicit flags still win)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
@@ -140,6 +144,21 @@ func parseLogsFlags(args []string) (*logsConfig, error) {
 		return nil, fmt.Errorf("-failover-logs %d is outside [3, %d] (a node must lead at least 2 logs)", cfg.failoverLogs, maxBenchLogs)
 	case cfg.failoverReps < 1:
 		return nil, errors.New("-failover-reps must be at least 1")
+	}
+	if pprof != "" {
+		for _, f := range strings.Split(pprof, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || !cfg.throughput || (n != 0 && !slices.Contains(cfg.counts, n)) {
+				return nil, fmt.Errorf("-pprof %q: %q is not a throughput cell of this run (the default log alone: 0; -logs %s)", pprof, f, counts)
+			}
+			cfg.pprof = append(cfg.pprof, n)
+		}
+		if cfg.duration < time.Second {
+			return nil, fmt.Errorf("-pprof needs a -duration of at least 1s (profiles last whole seconds), not %v", cfg.duration)
+		}
+		if st, err := os.Stat(cfg.pprofDir); err != nil || !st.IsDir() {
+			return nil, fmt.Errorf("-pprof-dir %q is not a directory", cfg.pprofDir)
+		}
 	}
 	return cfg, nil
 }
@@ -322,7 +341,8 @@ func runLogsCell(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 	}
 	defer finish(&err)
 	setup := time.Now()
-	c, err := startRaftlog(ctx, e, dir, cfg.flush, false)
+	profile := slices.Contains(cfg.pprof, n)
+	c, err := startRaftlog(ctx, e, dir, cfg.flush, profile)
 	if err != nil {
 		return nil, err
 	}
@@ -395,6 +415,14 @@ func runLogsCell(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 	self0 := selfCPU()
 	t0 := time.Now()
 	phase.Store(phaseMeasuring)
+	profDone := make(chan error, 1)
+	if profile {
+		go func() {
+			profDone <- c.profileNodes(ctx, int(cfg.duration/time.Second), cfg.pprofDir, n, round, cfg.rounds)
+		}()
+	} else {
+		profDone <- nil
+	}
 	werr := sleepCtx(ctx, cfg.duration)
 	phase.Store(phaseDone)
 	t1 := time.Now()
@@ -404,7 +432,7 @@ func runLogsCell(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 	stopped = true
 	close(stop)
 	wg.Wait()
-	if err := errors.Join(werr, cerr, merr); err != nil {
+	if err := errors.Join(werr, cerr, merr, <-profDone); err != nil {
 		return nil, err
 	}
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -108,8 +109,13 @@ func TestParseLogsFlags(t *testing.T) {
 	if cfg, err := parseLogsFlags(nil); err != nil || len(cfg.counts) != 3 || cfg.flush != "sync" || cfg.window != 64 || cfg.failoverReps != 5 {
 		t.Errorf("defaults: %+v, %v", cfg, err)
 	}
+	if cfg, err := parseLogsFlags([]string{"-pprof", "0,64", "-pprof-dir", t.TempDir()}); err != nil || !slices.Equal(cfg.pprof, []int{0, 64}) {
+		t.Errorf("-pprof 0,64: %+v, %v", cfg, err)
+	}
 	for _, bad := range [][]string{{"-logs", "0"}, {"-logs", "8,x"}, {"-flush", "fast"}, {"-only", "latency"},
-		{"-failover-logs", "2"}, {"-in-flight", "0"}, {"-failover-reps", "0"}, {"extra"}} {
+		{"-failover-logs", "2"}, {"-in-flight", "0"}, {"-failover-reps", "0"}, {"extra"},
+		{"-pprof", "8", "-logs", "1,64"}, {"-pprof", "0,x"}, {"-pprof", "0", "-only", "failover"}, {"-pprof", "0", "-duration", "500ms"},
+		{"-pprof", "1", "-pprof-dir", "/nonexistent/dir"}} {
 		if _, err := parseLogsFlags(bad); err == nil {
 			t.Errorf("%q accepted", bad)
 		}

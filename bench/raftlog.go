@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -368,6 +369,26 @@ func (c *raftlogCluster) leaderProfiler(ctx context.Context) (profiler, error) {
 	return func(ctx context.Context, seconds int, path string) error {
 		return fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", leader.admin, seconds), path)
 	}, nil
+}
+
+// profileNodes writes a CPU profile of every node over seconds, taken at
+// once, to dir/logs<n>-<node>.pprof (with -round<R> when rounds > 1).
+func (c *raftlogCluster) profileNodes(ctx context.Context, seconds int, dir string, n, round, rounds int) error {
+	errs := make([]error, len(c.nodes))
+	var wg sync.WaitGroup
+	for i, nd := range c.nodes {
+		name := fmt.Sprintf("logs%d-%s", n, nd.id)
+		if rounds > 1 {
+			name += fmt.Sprintf("-round%d", round+1)
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[i] = fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", nd.admin, seconds), filepath.Join(dir, name+".pprof"))
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // fetchProfile GETs url and writes the body to path.
