@@ -403,7 +403,7 @@ func storedLogs(groups []uint64) []uint64 {
 func (n *Node) replicaConfig(id uint64, name, snapshotDir string) replica.Config {
 	c := n.cfg
 	return replica.Config{
-		NodeID: c.ID, ClientAddr: n.clientAddr, Log: id, Name: name, DB: n.db,
+		NodeID: c.ID, ClientAddr: n.clientAddr, Log: id, Name: name, DB: n.db, Cache: n.cache,
 		SnapshotDir: snapshotDir, FS: n.storeFS(),
 		HeartbeatTimeout: c.HeartbeatTimeout, ElectionTimeout: c.ElectionTimeout,
 		LeaderLeaseTimeout: c.LeaderLeaseTimeout, SnapshotThreshold: c.SnapshotThreshold,

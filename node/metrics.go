@@ -294,6 +294,7 @@ func (m *nodeMetrics) registerNode(n *Node) error {
 		}
 		return 0
 	})
+	g("raftlog_raft_cache_bytes", "Bytes of recent raft entries the node's logs keep in memory, together (at most 16 MiB, and 1,024 entries per log).", func() float64 { return float64(n.cache.Held()) })
 	g("raftlog_raft_term", "Current raft term.", func() float64 { return float64(n.raft.CurrentTerm()) })
 	g("raftlog_raft_last_index", "Last index in the raft log.", func() float64 { return float64(n.raft.LastIndex()) })
 	g("raftlog_raft_commit_index", "Highest index known committed.", func() float64 { return float64(n.raft.CommitIndex()) })

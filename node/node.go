@@ -29,6 +29,9 @@ var logGroups = replica.GroupsOf(0)
 type Node struct {
 	cfg Config
 	db  *raftstore.DB
+	// cache bounds the recent raft entries every log's replica keeps in
+	// memory, together.
+	cache *replica.CacheBudget
 	// log is the node's replica of the log; view, fsm, snap, raft and prop
 	// are its parts, set as it opens and starts, never changed after.
 	log  *replica.Replica
@@ -197,6 +200,7 @@ func (n *Node) start(ctx context.Context) (err error) {
 	if err != nil {
 		return damaged(c.DataDir, err)
 	}
+	n.cache = replica.NewCacheBudget(replica.DefaultCacheBytes)
 	if _, err := raftBridge(); err != nil {
 		return fmt.Errorf("node: metrics: %w", err)
 	}

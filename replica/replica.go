@@ -15,10 +15,6 @@ import (
 	"github.com/raftlog/raftlog/raftstore"
 )
 
-// logCacheSize is how many recent entries raft keeps in memory for
-// replication.
-const logCacheSize = 1024
-
 // Config configures a Replica. Fields without a default must be set.
 type Config struct {
 	// NodeID is this node's id, raft's LocalID.
@@ -33,6 +29,10 @@ type Config struct {
 	Name string
 	// DB is the node's raftstore DB, opened with Options.Monotonic.
 	DB *raftstore.DB
+	// Cache bounds the recent entries the replica keeps in memory for
+	// raft, shared with the node's other replicas (CacheBudget); nil gives
+	// the replica a budget of DefaultCacheBytes of its own.
+	Cache *CacheBudget
 	// SnapshotDir holds the log's snapshot files; FS writes them (default
 	// vfs.Default).
 	SnapshotDir string
@@ -96,6 +96,9 @@ type Replica struct {
 	snap *SnapStore
 	prop *Proposer
 	raft *raft.Raft // set by Start, never changed
+	// cache is raft's LogStore, in front of the store; set by Start, never
+	// changed, closed once raft is down.
+	cache *logCache
 	// mark is a named log's control state machine, whether a restore
 	// into it is under way (restore.go); nil for the default log. Set by
 	// Open, never changed.
@@ -222,15 +225,18 @@ func (r *Replica) Start(trans raft.Transport) error {
 	st := failStopStore{Store: r.view.Live, r: r}
 	// The cache serves replication the entries just stored, without
 	// reading and decoding them back.
-	logs, err := raft.NewLogCache(logCacheSize, st)
-	if err != nil {
-		return err
+	budget := r.cfg.Cache
+	if budget == nil {
+		budget = NewCacheBudget(DefaultCacheBytes)
 	}
+	logs := newLogCache(st, budget)
 	r.view.LiveDeleter = logs
 	rf, err := raft.NewRaft(r.raftConfig(), r.fsm, logs, st, r.snap, trans)
 	if err != nil {
+		logs.close()
 		return fmt.Errorf("replica: start raft: %w", err)
 	}
+	r.cache = logs
 	r.raft = rf
 	r.wg.Add(2)
 	go r.watchLeadership()
@@ -265,6 +271,7 @@ func (r *Replica) StopRaft() error {
 	}
 	r.Drain()
 	err := r.raft.Shutdown().Error()
+	r.cache.close() // its share goes to the node's other logs
 	r.downOnce.Do(func() { close(r.raftDown) })
 	return err
 }
