@@ -198,3 +198,19 @@ func TestParseClusterFlags(t *testing.T) {
 		}
 	}
 }
+
+func TestParseStatusKiB(t *testing.T) {
+	status := "Name:\tnode\nVmPeak:\t  812345 kB\nVmHWM:\t  204800 kB\nVmRSS:\t  102400 kB\n"
+	if got, err := parseStatusKiB([]byte(status), "VmHWM"); err != nil || got != 204800 {
+		t.Errorf("VmHWM: %d, %v; want 204800", got, err)
+	}
+	for _, bad := range []string{"Name:\tnode\n", "VmHWM:\t204800\n", "VmHWM:\tlots kB\n"} {
+		if got, err := parseStatusKiB([]byte(bad), "VmHWM"); err == nil {
+			t.Errorf("%q: %d, want an error", bad, got)
+		}
+	}
+	rss, err := peakRSS(os.Getpid())
+	if err != nil || rss < 1<<20 {
+		t.Errorf("this process's peak RSS: %d, %v", rss, err)
+	}
+}

@@ -327,6 +327,7 @@ type nodeCell struct {
 	Appends  float64 `json:"appends"` // raftlog_store_appends_total over the window
 	Fsyncs   float64 `json:"fsyncs"`  // raftlog_store_fsyncs_total over the window
 	PerFsync float64 `json:"records_per_fsync"`
+	PeakRSS  int64   `json:"peak_rss_bytes"` // the process's largest resident set, at the end of the window
 }
 
 // runLogsCell starts a fresh cluster, creates n named logs of 3 replicas
@@ -429,6 +430,13 @@ func runLogsCell(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 	cpu1, cerr := cpuOf(servers)
 	self1 := selfCPU()
 	m1, merr := c.storeCounters(ctx)
+	for i, p := range servers {
+		rss, err := peakRSS(p.pid())
+		if err != nil {
+			merr = errors.Join(merr, fmt.Errorf("peak RSS of %s: %w", p.name, err))
+		}
+		res.Nodes[i].PeakRSS = rss
+	}
 	stopped = true
 	close(stop)
 	wg.Wait()

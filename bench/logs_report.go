@@ -121,7 +121,8 @@ func (r *logsReport) printThroughput(out io.Writer) {
 		"\"default log\" is the default log alone, no named log created. Server CPU: user+system seconds of the three "+
 		"nodes over the window per 1,000 records acked in it. Records per fdatasync: raftlog_store_appends_total ÷ "+
 		"raftlog_store_fsyncs_total over the window, from each node's /metrics (every group's raft entries the node's "+
-		"commit log stored, a follower's copies included), per node and over the three. Cores busy: CPU seconds over the window per second, of the three nodes and of the "+
+		"commit log stored, a follower's copies included), per node and over the three. Peak RSS: each node's largest resident set "+
+		"by the end of the window (VmHWM), in MiB. Cores busy: CPU seconds over the window per second, of the three nodes and of the "+
 		"bench process that runs the clients (%d CPUs here): whether the machine ran flat.\n\n",
 		cfg.window, cfg.warmup, cfg.duration, cfg.rounds, r.machine.nproc)
 	base := r.cellsOf(0)
@@ -129,8 +130,8 @@ func (r *logsReport) printThroughput(out io.Writer) {
 	baseCPU := medianOf(base, func(c *logsCell) float64 { return c.ServerCPUPer1k })
 	basePer := medianOf(base, func(c *logsCell) float64 { return c.PerFsync })
 	writeRow(out, []string{"logs", "records/s", "÷ default log", "p50", "p99", "server CPU per 1,000", "÷ default log",
-		"records per fdatasync, n1 / n2 / n3", "all nodes", "÷ default log", "leaders n1 / n2 / n3", "cores busy: nodes + bench"})
-	writeRow(out, slices.Repeat([]string{"---"}, 12))
+		"records per fdatasync, n1 / n2 / n3", "all nodes", "÷ default log", "leaders n1 / n2 / n3", "peak RSS n1 / n2 / n3, MiB", "cores busy: nodes + bench"})
+	writeRow(out, slices.Repeat([]string{"---"}, 13))
 	counts := append([]int{0}, cfg.counts...)
 	for _, n := range counts {
 		cs := r.cellsOf(n)
@@ -140,10 +141,11 @@ func (r *logsReport) printThroughput(out io.Writer) {
 		rate := medianOf(cs, func(c *logsCell) float64 { return c.RecordsPerSec })
 		cpu := medianOf(cs, func(c *logsCell) float64 { return c.ServerCPUPer1k })
 		per := medianOf(cs, func(c *logsCell) float64 { return c.PerFsync })
-		var nodes, leads []string
+		var nodes, leads, rss []string
 		for i := range cs[0].Nodes {
 			nodes = append(nodes, fmtPer(medianOf(cs, func(c *logsCell) float64 { return c.Nodes[i].PerFsync })))
 			leads = append(leads, fmt.Sprint(cs[0].Nodes[i].Leads))
+			rss = append(rss, fmt.Sprintf("%.0f", medianOf(cs, func(c *logsCell) float64 { return float64(c.Nodes[i].PeakRSS) / (1 << 20) })))
 		}
 		title := cellTitle(n)
 		if n == 0 {
@@ -153,7 +155,7 @@ func (r *logsReport) printThroughput(out io.Writer) {
 			fmtSeconds(medianOf(cs, func(c *logsCell) float64 { return c.P50 })),
 			fmtSeconds(medianOf(cs, func(c *logsCell) float64 { return c.P99 })),
 			fmtSeconds(cpu), fmtRatio(cpu / baseCPU),
-			strings.Join(nodes, " / "), fmtPer(per), fmtRatio(per / basePer), strings.Join(leads, " / "),
+			strings.Join(nodes, " / "), fmtPer(per), fmtRatio(per / basePer), strings.Join(leads, " / "), strings.Join(rss, " / "),
 			sig3(medianOf(cs, func(c *logsCell) float64 { return c.ServerCPU / c.Seconds })) + " + " +
 				sig3(medianOf(cs, func(c *logsCell) float64 { return c.ClientCPU / c.Seconds }))})
 	}

@@ -194,6 +194,37 @@ func cpuOf(procs []*proc) (float64, error) {
 	return sum, nil
 }
 
+// peakRSS returns the largest resident set of process pid so far, in
+// bytes (VmHWM of /proc/<pid>/status).
+func peakRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "status"))
+	if err != nil {
+		return 0, err
+	}
+	n, err := parseStatusKiB(b, "VmHWM")
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/status: %w", pid, err)
+	}
+	return n << 10, nil
+}
+
+// parseStatusKiB returns the value of field (given in kB) from the
+// contents of a /proc/<pid>/status file.
+func parseStatusKiB(b []byte, field string) (int64, error) {
+	for line := range strings.Lines(string(b)) {
+		name, rest, ok := strings.Cut(line, ":")
+		if !ok || name != field {
+			continue
+		}
+		f := strings.Fields(rest)
+		if len(f) != 2 || f[1] != "kB" {
+			return 0, fmt.Errorf("%s: %q, want a number of kB", field, strings.TrimSpace(rest))
+		}
+		return strconv.ParseInt(f[0], 10, 64)
+	}
+	return 0, fmt.Errorf("no %s line", field)
+}
+
 // selfCPU returns the user plus system CPU time of this process.
 func selfCPU() float64 {
 	var ru syscall.Rusage
