@@ -106,6 +106,8 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 	if c.closed {
 		return nil
 	}
+	before := c.bytes
+	defer func() { c.budget.held.Add(c.bytes - before) }() // once per call: the budget is shared by every log
 	if first := logs[0].Index; c.lo > c.hi || first != c.hi+1 {
 		// Not after the run cached (raft wrote past a snapshot, or over
 		// entries a new leader replaced): start a new run.
@@ -120,7 +122,7 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 		}
 		c.hi++
 		c.ring[c.hi%uint64(len(c.ring))] = l
-		c.addLocked(entrySize(l))
+		c.bytes += entrySize(l)
 	}
 	for c.bytes > limit && c.lo < c.hi {
 		c.dropOldestLocked()
@@ -131,23 +133,23 @@ func (c *logCache) StoreLogs(logs []*raft.Log) error {
 // dropOldestLocked drops entry lo.
 func (c *logCache) dropOldestLocked() {
 	i := c.lo % uint64(len(c.ring))
-	c.addLocked(-entrySize(c.ring[i]))
+	c.bytes -= entrySize(c.ring[i])
 	c.ring[i] = nil
 	c.lo++
 }
 
-// clearLocked drops every entry.
+// clearLocked drops every entry; the caller updates the budget.
 func (c *logCache) clearLocked() {
 	for ; c.lo <= c.hi; c.lo++ {
 		c.ring[c.lo%uint64(len(c.ring))] = nil
 	}
-	c.budget.held.Add(-c.bytes)
 	c.bytes = 0
 }
 
-func (c *logCache) addLocked(n int64) {
-	c.bytes += n
-	c.budget.held.Add(n)
+// releaseLocked drops every entry and takes their bytes off the budget.
+func (c *logCache) releaseLocked() {
+	c.budget.held.Add(-c.bytes)
+	c.clearLocked()
 }
 
 // FirstIndex implements raft.LogStore.
@@ -160,7 +162,7 @@ func (c *logCache) LastIndex() (uint64, error) { return c.store.LastIndex() }
 // deletes from the store.
 func (c *logCache) DeleteRange(min, max uint64) error {
 	c.mu.Lock()
-	c.clearLocked()
+	c.releaseLocked()
 	c.mu.Unlock()
 	return c.store.DeleteRange(min, max)
 }
@@ -173,7 +175,7 @@ func (c *logCache) close() {
 	if c.closed {
 		return
 	}
-	c.clearLocked()
+	c.releaseLocked()
 	c.closed = true
 	c.budget.caches.Add(-1)
 }
