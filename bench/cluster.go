@@ -180,11 +180,8 @@ func parseClusterFlags(args []string) (*clusterConfig, error) {
 		if !slices.ContainsFunc(cfg.systems, func(s systemKind) bool { return s.flush != "" }) {
 			return nil, errors.New("-pprof profiles raftlog, which -systems leaves out")
 		}
-		if cfg.duration < time.Second {
-			return nil, fmt.Errorf("-pprof needs a -duration of at least 1s (profiles last whole seconds), not %v", cfg.duration)
-		}
-		if st, err := os.Stat(cfg.pprofDir); err != nil || !st.IsDir() {
-			return nil, fmt.Errorf("-pprof-dir %q is not a directory", cfg.pprofDir)
+		if err := checkProfiling(cfg.duration, cfg.pprofDir); err != nil {
+			return nil, err
 		}
 	}
 	return cfg, nil

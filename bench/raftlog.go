@@ -367,8 +367,26 @@ func (c *raftlogCluster) leaderProfiler(ctx context.Context) (profiler, error) {
 		return nil, err
 	}
 	return func(ctx context.Context, seconds int, path string) error {
-		return fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", leader.admin, seconds), path)
+		return fetchProfile(ctx, profileURL(leader.admin, seconds), path)
 	}, nil
+}
+
+// checkProfiling checks what -pprof needs: windows of whole seconds and
+// the directory the profiles go to.
+func checkProfiling(window time.Duration, dir string) error {
+	if window < time.Second {
+		return fmt.Errorf("-pprof needs a -duration of at least 1s (profiles last whole seconds), not %v", window)
+	}
+	if st, err := os.Stat(dir); err != nil || !st.IsDir() {
+		return fmt.Errorf("-pprof-dir %q is not a directory", dir)
+	}
+	return nil
+}
+
+// profileURL is the CPU profile over seconds of the node whose admin
+// address is admin (the nodes run with --pprof).
+func profileURL(admin string, seconds int) string {
+	return fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", admin, seconds)
 }
 
 // profileNodes writes a CPU profile of every node over seconds, taken at
@@ -384,7 +402,7 @@ func (c *raftlogCluster) profileNodes(ctx context.Context, seconds int, dir stri
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			errs[i] = fetchProfile(ctx, fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", nd.admin, seconds), filepath.Join(dir, name+".pprof"))
+			errs[i] = fetchProfile(ctx, profileURL(nd.admin, seconds), filepath.Join(dir, name+".pprof"))
 		}()
 	}
 	wg.Wait()
