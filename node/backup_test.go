@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/raftlog/raftlog/backup"
+	"github.com/raftlog/raftlog/client"
 	"github.com/raftlog/raftlog/internal/testcert"
 	"github.com/raftlog/raftlog/transport"
 )
@@ -53,8 +54,11 @@ func recvBackup(st *transport.Stream, buf *bytes.Buffer) error {
 	}
 }
 
-// loadAppender appends one record at a time on its own connection until
+// loadAppender appends one record at a time through a Go client until
 // stopped, for at most n appends, and remembers what was acknowledged.
+// The client follows the log's leader and retries within its session, so
+// a change of leader (a starved host misses a heartbeat) neither stops the
+// load nor stores a record twice.
 type loadAppender struct {
 	stop chan struct{}
 	done chan struct{}
@@ -65,12 +69,8 @@ type loadAppender struct {
 	err   error
 }
 
-func startLoad(t *testing.T, conn *transport.Conn, prefix string, n int) *loadAppender {
-	return startLoadOn(t, conn, "", prefix, n)
-}
-
-// startLoadOn is startLoad on the log whose log field is log.
-func startLoadOn(t *testing.T, conn *transport.Conn, log, prefix string, n int) *loadAppender {
+// startLoad starts a loadAppender on log g whose records are prefix-i.
+func startLoad(t *testing.T, g *client.Log, prefix string, n int) *loadAppender {
 	l := &loadAppender{stop: make(chan struct{}), done: make(chan struct{})}
 	go func() {
 		defer close(l.done)
@@ -81,15 +81,14 @@ func startLoadOn(t *testing.T, conn *transport.Conn, log, prefix string, n int) 
 			default:
 			}
 			data := []byte(fmt.Sprintf("%s-%d", prefix, i))
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			var resp transport.AppendResponse
-			err := conn.Call(ctx, transport.OpAppend, &transport.AppendRequest{Log: log, Records: [][]byte{data}}, &resp)
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			idx, err := g.Append(ctx, data)
 			cancel()
 			l.mu.Lock()
 			if err != nil {
 				l.err = fmt.Errorf("load append %d: %w", i, err)
 			} else {
-				l.acked = append(l.acked, transport.Record{Index: resp.Indexes[0], Data: data})
+				l.acked = append(l.acked, transport.Record{Index: idx[0], Data: data})
 			}
 			l.mu.Unlock()
 			if err != nil {
@@ -208,7 +207,8 @@ func TestBackupRestore(t *testing.T) {
 		bulkLast = resp.Indexes[len(resp.Indexes)-1]
 	}
 
-	load := startLoad(t, dial(t, leader), "load", 20000)
+	cl := clusterClient(t, c, nil)
+	load := startLoad(t, cl.Log(""), "load", 20000)
 	load.waitAcked(t, 20)
 	before := load.ackedSoFar()
 
@@ -223,13 +223,13 @@ func TestBackupRestore(t *testing.T) {
 	file.Write(first.Data)
 	// A trim, and the snapshot after it, while the node has most of the
 	// entries still to send: the backup's pin keeps them.
-	tr, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: bulkLast})
+	trimIndex, err := cl.Trim(ctx, bulkLast)
 	if err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "a snapshot after the trim", func() bool {
 		p := leader.snap.Latest.Load()
-		return p != nil && p.Index >= tr.Index
+		return p != nil && p.Index >= trimIndex
 	})
 	if got := leader.view.First(); got > floor {
 		t.Fatalf("the leader deleted entries up to %d while a backup from %d ran", got-1, floor)

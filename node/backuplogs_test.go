@@ -82,7 +82,7 @@ func backupNamedLog(t *testing.T, c *testCluster, name string) namedBackup {
 		}
 		bulkLast = resp.Indexes[len(resp.Indexes)-1]
 	}
-	load := startLoadOn(t, dial(t, leader), name, "load", 20000)
+	load := startLoad(t, g, "load", 20000)
 	load.waitAcked(t, 20)
 	before := load.ackedSoFar()
 
