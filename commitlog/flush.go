@@ -100,12 +100,13 @@ func (l *Log) flushLoop() {
 // them all. Waiters registered after the swap wait for the next round.
 //
 // Before it swaps, it may wait a moment for more appenders to join (see
-// linger.go): at most a quarter of the last sync's duration, never when
-// the appenders it expects have registered already, and less and less
-// often while its waits gain no appender.
+// linger.go): at most Options.GroupCommitWait times the last sync's
+// duration (a quarter by default), never when the appenders it expects
+// have registered already, and less and less often while its waits gain
+// no appender.
 func (l *Log) groupCommit() {
 	if want := l.lastBatch; want > 1 && l.nwaiters.Load() < want {
-		l.linger.wait(want, l.nwaiters.Load, l.lastSync/4, l.closing)
+		l.linger.wait(want, l.nwaiters.Load, time.Duration(float64(l.lastSync)*l.opts.GroupCommitWait), l.closing)
 	}
 	l.wmu.Lock()
 	ws := l.waiters

@@ -1,11 +1,15 @@
 package commitlog
 
 import (
+	"math"
 	"runtime"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/raftlog/raftlog/commitlog/faultfs"
 )
 
 // TestLingerBacksOff: waits that run to their bound with no appender
@@ -120,5 +124,81 @@ func TestLingerLoneAppender(t *testing.T) {
 	// The rounds of TestLingerBacksOff: 9 waits in the first 200 at most.
 	if g := l.linger; g.waits > 9 || g.idle != g.waits {
 		t.Fatalf("the flusher waited %d times (%d of them for no one) in %d appends by a lone appender; want at most 9, all for no one", g.waits, g.idle, appends)
+	}
+}
+
+// TestGroupCommitWait: an appender the flusher expects that comes back
+// later than a quarter of the last sync, as a raft group does after a
+// network round trip, misses the round with the default GroupCommitWait
+// and joins it with a longer one. The file system makes every sync take
+// slowSync; one appender appends back to back, the other returns one
+// slowSync and a half after each of its appends completes, which is after
+// the next sync (of the first appender alone) has started with the
+// default and well within the bound with a wait of 8 syncs.
+func TestGroupCommitWait(t *testing.T) {
+	const slowSync, rounds = 40 * time.Millisecond, 8
+	for _, tc := range []struct {
+		wait   float64
+		shared bool // every round after the first syncs both appenders
+	}{{0, false}, {8, true}} {
+		fs := faultfs.New(1)
+		m := newFlushTestMetrics()
+		l := flushTestOpen(t, fs, Options{SegmentSize: 1 << 20, GroupCommitWait: tc.wait, Metrics: m})
+		fs.OnSync(func() { time.Sleep(slowSync) })
+		syncs0 := m.counter(MetricSyncs)
+		done := make(chan struct{})
+		errs := make(chan error, 2)
+		go func() { // the appender that comes back late
+			defer close(done)
+			for range rounds {
+				if _, err := l.Append([]byte("late")); err != nil {
+					errs <- err
+					return
+				}
+				time.Sleep(slowSync * 3 / 2)
+			}
+		}()
+		for eager := true; eager; {
+			select {
+			case <-done:
+				eager = false
+			default:
+				if _, err := l.Append([]byte("eager")); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		fs.OnSync(nil)
+		select {
+		case err := <-errs:
+			t.Fatal(err)
+		default:
+		}
+		// Every sync completes the eager appender; with the longer wait
+		// each one after the first also completes the late one, so the
+		// late appender's rounds take one sync each. With the default,
+		// the eager appender's sync goes alone while the late one is
+		// away, at least once per late append after the first.
+		syncs := m.counter(MetricSyncs) - syncs0
+		if tc.shared && syncs > rounds+2 {
+			t.Errorf("GroupCommitWait %v: %d syncs for %d rounds of the late appender, want at most %d: it did not join the syncs it was waited for", tc.wait, syncs, rounds, rounds+2)
+		}
+		if !tc.shared && syncs < 2*rounds-2 {
+			t.Errorf("default GroupCommitWait: %d syncs for %d rounds of the late appender, want at least %d: the flusher waited longer than a quarter of a sync", syncs, rounds, 2*rounds-2)
+		}
+		t.Logf("GroupCommitWait %v: %d syncs, %d records", tc.wait, syncs, m.counter(MetricAppends))
+	}
+}
+
+// TestGroupCommitWaitOption: Open refuses a wait that is negative, not a
+// number, or beyond the bound.
+func TestGroupCommitWaitOption(t *testing.T) {
+	for _, w := range []float64{-1, math.NaN(), maxGroupCommitWait + 1} {
+		if l, err := Open(t.TempDir(), &Options{GroupCommitWait: w}); err == nil {
+			l.Close()
+			t.Errorf("Open with GroupCommitWait %v: no error", w)
+		} else if !strings.Contains(err.Error(), "group commit wait") {
+			t.Errorf("Open with GroupCommitWait %v: %v, want an error naming the group commit wait", w, err)
+		}
 	}
 }
