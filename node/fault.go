@@ -187,6 +187,9 @@ type faultFS struct {
 	// is closed; stalled counts the syncs it holds.
 	stall   atomic.Pointer[chan struct{}]
 	stalled atomic.Int32
+	// dirsFail, when set (by tests only), fails every directory sync with
+	// EIO and nothing else.
+	dirsFail atomic.Bool
 }
 
 // wait holds a sync while the file system is stalled.
@@ -223,6 +226,9 @@ func (fs *faultFS) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, 
 func (fs *faultFS) SyncDir(dir string) error {
 	if err := fs.err("syncdir", dir); err != nil {
 		return err
+	}
+	if fs.dirsFail.Load() {
+		return &os.PathError{Op: "syncdir", Path: dir, Err: syscall.EIO}
 	}
 	return fs.FS.SyncDir(dir)
 }

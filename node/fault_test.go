@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -191,4 +193,43 @@ func TestSnapshotInstallOverLongerLog(t *testing.T) {
 		t.Fatalf("the old leader stopped: %v", old.Err())
 	default:
 	}
+}
+
+// A follower cut off while the leader trims past its log, and brought up
+// to date with a snapshot, stops when its disk fails a directory sync
+// while it stages the snapshot's records. That failure came from outside
+// raft's log store, so nothing stopped the node: a cluster-test soak
+// found such a follower, whose whole disk had failed, still serving 20 s
+// later, failing one snapshot install after another. Here only directory
+// syncs fail, so no other write (the checkpoint's index syncs) stops the
+// follower first.
+func TestFailedDiskStopsFollowerInstallingSnapshot(t *testing.T) {
+	c := faultCluster(t)
+	leader := c.waitLeader()
+	f := followerOf(c, leader)
+	conn := dial(t, leader)
+	waitCaughtUp(t, f, appendN(t, conn, "before", 5)[4])
+	heal := c.partitionFrom(f)
+	idx := appendN(t, conn, "cut off", 20)
+	below := idx[len(idx)-1]
+	if _, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: below}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the leader deletes below the trim", func() bool { return leader.view.First() >= below })
+	f.faults.fs.dirsFail.Store(true)
+	heal()
+	last := appendN(t, conn, "healed", 1)[0]
+	select {
+	case <-f.Done():
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the follower with a failed disk still runs 30 s after the leader started sending it a snapshot (store: %v)", f.db.Err())
+	}
+	if err := f.Err(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the follower stopped with %v, want an I/O error", err)
+	}
+	f.Close()
+	delete(c.nodes, f.ID())
+	other := followerOf(c, leader)
+	waitCaughtUp(t, other, last)
+	sameRecords(t, "the other follower", readAll(t, other, true), readAll(t, leader, false))
 }

@@ -26,9 +26,10 @@ var ErrClosed = errors.New("raftstore: closed")
 var ErrCorrupt = errors.New("raftstore: corrupt")
 
 // ErrFailed wraps a failed write or sync of the stable state (stable.0,
-// stable.1). Like a failure of the commit log (commitlog.ErrFailed), it
-// stops the DB: see DB.Err.
-var ErrFailed = errors.New("raftstore: stable state failed")
+// stable.1), or a failed sync of a group's index directory after a new
+// index file the group needed was created in it. Like a failure of the
+// commit log (commitlog.ErrFailed), it stops the DB: see DB.Err.
+var ErrFailed = errors.New("raftstore: failed")
 
 // maxGroups bounds the groups of one DB: the checkpoint holds every group's
 // indexes in at most commitlog.MaxCheckpointMeta bytes, 50 bytes per group
@@ -497,7 +498,8 @@ func (db *DB) Stats() Stats {
 
 // Err returns the failure that stopped the DB, or nil: a failed write,
 // fdatasync or msync of the commit log (wrapping commitlog.ErrFailed), a
-// failed write or sync of the stable state (wrapping ErrFailed), or a
+// failed write or sync of the stable state or of an index directory
+// (wrapping ErrFailed), or a
 // failure that leaves an index in doubt (wrapping ErrCorrupt). Once Err
 // returns an error, every write of every group (StoreLogs, DeleteRange,
 // Set, SetUint64, a new group) fails with it, and reads return only what

@@ -293,3 +293,60 @@ func TestIndexRoomNoStepDue(t *testing.T) {
 		t.Fatalf("with the room there: %v allocations, files published again: %v; want none", allocs, s.files.Load() != files)
 	}
 }
+
+// TestIndexDirSyncFailureStopsDB: a group's first StoreLogs creates its
+// first index file, and the directory sync that makes its name durable
+// fails with EIO. The DB stops (Err wraps ErrFailed and the EIO), as it
+// does for a failed sync of the commit log, and every later write fails:
+// a node stops on that, where a follower that only ever staged
+// snapshots on the failed disk used to keep running (a cluster-test soak
+// found it still serving 20 s after its disk failed).
+func TestIndexDirSyncFailureStopsDB(t *testing.T) {
+	fs := faultfs.New(1)
+	db, err := OpenDB(crDir, rmOptions(fs, SyncFlush))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := db.Store(7)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs.Inject(faultfs.Fault{Op: faultfs.OpSyncDir, Path: db.groupDir(7), Sticky: true})
+	if err := s.StoreLogs(ctEntries(1, 3, 1, 16)); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("StoreLogs with the index directory's sync failing: %v, want EIO", err)
+	}
+	if err := db.Err(); !errors.Is(err, ErrFailed) || !errors.Is(err, syscall.EIO) {
+		t.Fatalf("DB.Err after the failed directory sync: %v, want ErrFailed wrapping EIO", err)
+	}
+	fs.ClearFaults()
+	other, err := db.Store(8)
+	if err == nil {
+		err = other.StoreLogs(ctEntries(1, 1, 1, 16))
+	}
+	if !errors.Is(err, ErrFailed) {
+		t.Fatalf("a write to another group after the failure: %v, want ErrFailed", err)
+	}
+}
+
+// TestIndexDirSyncNoSpace: a directory sync that fails for want of space
+// is not a failure of the DB, like any other lack of space.
+func TestIndexDirSyncNoSpace(t *testing.T) {
+	fs := faultfs.New(1)
+	db, err := OpenDB(crDir, rmOptions(fs, SyncFlush))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	s, _ := db.Store(7)
+	fs.Inject(faultfs.Fault{Op: faultfs.OpSyncDir, Path: db.groupDir(7), Err: syscall.ENOSPC})
+	if err := s.StoreLogs(ctEntries(1, 3, 1, 16)); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("StoreLogs with the index directory's sync out of space: %v, want ENOSPC", err)
+	}
+	if err := db.Err(); err != nil {
+		t.Fatalf("DB.Err after a directory sync out of space: %v, want nil", err)
+	}
+	if err := s.StoreLogs(ctEntries(1, 3, 1, 16)); err != nil {
+		t.Fatalf("StoreLogs once the space is back: %v", err)
+	}
+}

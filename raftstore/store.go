@@ -7,6 +7,7 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -351,7 +352,16 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 		if err := s.db.fs.SyncDir(s.dir); err != nil {
 			closeIndexFiles(created)
 			if created[0].base <= fileBase(hi) {
-				return fmt.Errorf("raftstore: sync directory %s: %w", s.dir, err)
+				err = fmt.Errorf("raftstore: sync directory %s: %w", s.dir, err)
+				if errors.Is(err, syscall.ENOSPC) {
+					return err
+				}
+				// The directory's state is unknown after a failed sync,
+				// and the disk is failing: stop the DB, as a failed
+				// sync of the commit log does, rather than leave a
+				// caller that never stores again (a follower waiting for
+				// a snapshot it cannot stage) running on it.
+				return s.db.fail(fmt.Errorf("%w: %w", ErrFailed, err))
 			}
 			// Only files ahead of need, the last of the run: leave them
 			// out until a later call syncs their names.
