@@ -96,17 +96,23 @@ func (l *Log) flushLoop() {
 	}
 }
 
+// maxGroupCommitLinger caps the flusher's wait for appenders, whatever the
+// last sync took: a sync the disk held for seconds must not make the next
+// round wait a multiple of that, until appends time out (SyncFlushTimeout).
+const maxGroupCommitLinger = 100 * time.Millisecond
+
 // groupCommit takes every registered waiter, syncs once, and completes
 // them all. Waiters registered after the swap wait for the next round.
 //
 // Before it swaps, it may wait a moment for more appenders to join (see
 // linger.go): at most Options.GroupCommitWait times the last sync's
-// duration (a quarter by default), never when the appenders it expects
-// have registered already, and less and less often while its waits gain
-// no appender.
+// duration (a quarter by default) and never more than
+// maxGroupCommitLinger, never when the appenders it expects have
+// registered already, and less and less often while its waits gain no
+// appender.
 func (l *Log) groupCommit() {
 	if want := l.lastBatch; want > 1 && l.nwaiters.Load() < want {
-		l.linger.wait(want, l.nwaiters.Load, time.Duration(float64(l.lastSync)*l.opts.GroupCommitWait), l.closing)
+		l.linger.wait(want, l.nwaiters.Load, l.lingerBound(), l.closing)
 	}
 	l.wmu.Lock()
 	ws := l.waiters
@@ -124,6 +130,12 @@ func (l *Log) groupCommit() {
 	l.lastBatch = int64(len(ws)) + l.nwaiters.Load()
 	clear(ws)
 	l.spareWaiters = ws
+}
+
+// lingerBound is the longest the flusher waits for the appenders it
+// expects before the next sync (see groupCommit).
+func (l *Log) lingerBound() time.Duration {
+	return min(time.Duration(float64(l.lastSync)*l.opts.GroupCommitWait), maxGroupCommitLinger)
 }
 
 // finishWaiters completes each of ws: with err if the sync failed, nil if

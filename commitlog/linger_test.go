@@ -134,9 +134,10 @@ func TestLingerLoneAppender(t *testing.T) {
 // slowSync; one appender appends back to back, the other returns one
 // slowSync and a half after each of its appends completes, which is after
 // the next sync (of the first appender alone) has started with the
-// default and well within the bound with a wait of 8 syncs.
+// default and well within the bound with a wait of 8 syncs (capped at
+// maxGroupCommitLinger).
 func TestGroupCommitWait(t *testing.T) {
-	const slowSync, rounds = 40 * time.Millisecond, 8
+	const slowSync, rounds = 20 * time.Millisecond, 8
 	for _, tc := range []struct {
 		wait   float64
 		shared bool // every round after the first syncs both appenders
@@ -200,5 +201,29 @@ func TestGroupCommitWaitOption(t *testing.T) {
 		} else if !strings.Contains(err.Error(), "group commit wait") {
 			t.Errorf("Open with GroupCommitWait %v: %v, want an error naming the group commit wait", w, err)
 		}
+	}
+}
+
+// TestGroupCommitWaitCapped: the flusher's wait is GroupCommitWait times
+// the last sync, and never more than maxGroupCommitLinger, however long
+// that sync took: with a wait of 4 syncs, a sync the disk held for 2 s
+// would otherwise hold the next round for 8 s, past SyncFlushTimeout.
+func TestGroupCommitWaitCapped(t *testing.T) {
+	for _, tc := range []struct {
+		wait      float64
+		last, max time.Duration
+	}{
+		{0, 2 * time.Millisecond, 500 * time.Microsecond},
+		{4, 2 * time.Millisecond, 8 * time.Millisecond},
+		{4, 20 * time.Millisecond, 80 * time.Millisecond},
+		{4, 50 * time.Millisecond, 100 * time.Millisecond},
+		{4, 2 * time.Second, 100 * time.Millisecond},
+	} {
+		l := flushTestOpen(t, faultfs.New(1), Options{SegmentSize: 1 << 20, GroupCommitWait: tc.wait})
+		l.lastSync = tc.last
+		if got := l.lingerBound(); got != tc.max {
+			t.Errorf("GroupCommitWait %v after a sync of %v: the flusher waits up to %v, want %v", tc.wait, tc.last, got, tc.max)
+		}
+		l.Close()
 	}
 }

@@ -92,8 +92,9 @@ type Options struct {
 	// GroupCommitWait bounds how long the flusher waits, before a sync,
 	// for the appenders it expects (those the last round released and
 	// those that registered during its sync), as a multiple of the last
-	// sync's duration (default DefaultGroupCommitWait, a quarter; it
-	// never waits when they have registered already). In-process
+	// sync's duration (default DefaultGroupCommitWait, a quarter), and
+	// never more than 100 ms (it never waits when they have registered
+	// already). In-process
 	// appenders come back within microseconds and want the default: a
 	// longer wait leaves the disk idle while a straggler is late. Raft
 	// groups replicated over a network come back only after a round trip
