@@ -29,6 +29,18 @@ func rmOptions(fs *faultfs.FS, flush FlushMode) *Options {
 	return opts
 }
 
+// rmOpen opens a DB with rmOptions over fs, in sync mode, and closes it
+// when the test ends.
+func rmOpen(t *testing.T, fs *faultfs.FS) *DB {
+	t.Helper()
+	db, err := OpenDB(crDir, rmOptions(fs, SyncFlush))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 // rmDiskFull makes the disk of fs full (faultfs.NoSpace), for every file
 // of the DB.
 func rmDiskFull(fs *faultfs.FS) {
@@ -303,11 +315,7 @@ func TestIndexRoomNoStepDue(t *testing.T) {
 // found it still serving 20 s after its disk failed).
 func TestIndexDirSyncFailureStopsDB(t *testing.T) {
 	fs := faultfs.New(1)
-	db, err := OpenDB(crDir, rmOptions(fs, SyncFlush))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := rmOpen(t, fs)
 	s, err := db.Store(7)
 	if err != nil {
 		t.Fatal(err)
@@ -333,11 +341,7 @@ func TestIndexDirSyncFailureStopsDB(t *testing.T) {
 // is not a failure of the DB, like any other lack of space.
 func TestIndexDirSyncNoSpace(t *testing.T) {
 	fs := faultfs.New(1)
-	db, err := OpenDB(crDir, rmOptions(fs, SyncFlush))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
+	db := rmOpen(t, fs)
 	s, _ := db.Store(7)
 	fs.Inject(faultfs.Fault{Op: faultfs.OpSyncDir, Path: db.groupDir(7), Err: syscall.ENOSPC})
 	if err := s.StoreLogs(ctEntries(1, 3, 1, 16)); !errors.Is(err, syscall.ENOSPC) {
