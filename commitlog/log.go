@@ -501,7 +501,7 @@ func (l *Log) newSegment(base int64, zero bool) (*segment, error) {
 	if err := l.fs.SyncDir(l.dir); err != nil {
 		s.release()
 		l.fs.Remove(s.path)
-		if isNoSpace(err) {
+		if IsNoSpace(err) {
 			return nil, fmt.Errorf("%w: %w", ErrNoSpace, err)
 		}
 		return nil, fmt.Errorf("commitlog: sync directory %s: %w", l.dir, err)

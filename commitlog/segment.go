@@ -111,7 +111,7 @@ func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*s
 		return nil, err
 	}
 	if err := f.Allocate(size); err != nil {
-		if isNoSpace(err) {
+		if IsNoSpace(err) {
 			return fail(fmt.Errorf("%w: preallocate %d bytes for %s: %w", ErrNoSpace, size, path, err))
 		}
 		return fail(fmt.Errorf("commitlog: preallocate segment %s: %w", path, err))
@@ -122,7 +122,7 @@ func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*s
 		err = f.Sync()
 	}
 	if err != nil {
-		if isNoSpace(err) {
+		if IsNoSpace(err) {
 			return fail(fmt.Errorf("%w: prepare %s: %w", ErrNoSpace, path, err))
 		}
 		return fail(fmt.Errorf("commitlog: prepare segment %s: %w", path, err))

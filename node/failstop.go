@@ -1,9 +1,6 @@
 package node
 
 import (
-	"errors"
-	"syscall"
-
 	"github.com/raftlog/raftlog/commitlog"
 )
 
@@ -17,7 +14,7 @@ import (
 // and succeed again once space is freed; raft's leader resends what a
 // follower failed to store, backing off up to about ten seconds.
 func (n *Node) storeError(err error) {
-	if errors.Is(err, commitlog.ErrNoSpace) || errors.Is(err, syscall.ENOSPC) {
+	if commitlog.IsNoSpace(err) {
 		n.metrics.storeErrors.WithLabelValues("no_space").Inc()
 		n.space.invalidate()
 		return

@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -190,6 +191,9 @@ type faultFS struct {
 	// dirsFail, when set (by tests only), fails every directory sync with
 	// EIO and nothing else.
 	dirsFail atomic.Bool
+	// failIn, when set (by tests only), fails every write and sync of a
+	// file in that directory with EIO, as a bad region of a disk does.
+	failIn atomic.Pointer[string]
 }
 
 // wait holds a sync while the file system is stalled.
@@ -205,6 +209,9 @@ func (fs *faultFS) fail() { fs.failed.Store(true) }
 
 func (fs *faultFS) err(op, name string) error {
 	if fs.failed.Load() {
+		return &os.PathError{Op: op, Path: name, Err: syscall.EIO}
+	}
+	if dir := fs.failIn.Load(); dir != nil && filepath.Dir(name) == *dir {
 		return &os.PathError{Op: op, Path: name, Err: syscall.EIO}
 	}
 	return nil

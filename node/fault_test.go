@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -204,32 +205,86 @@ func TestSnapshotInstallOverLongerLog(t *testing.T) {
 // syncs fail, so no other write (the checkpoint's index syncs) stops the
 // follower first.
 func TestFailedDiskStopsFollowerInstallingSnapshot(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(f *Node)
+	}{
+		// Staging the snapshot's records fails at the sync of a new index
+		// file's directory (the raft store fails).
+		{"directory syncs", func(f *Node) { f.faults.fs.dirsFail.Store(true) }},
+		// The records are staged, and the snapshot file fails (only the
+		// snapshot store sees it).
+		{"snapshot files", func(f *Node) { f.faults.fs.failIn.Store(ptr(snapDir(f))) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := faultCluster(t)
+			leader := c.waitLeader()
+			f := followerOf(c, leader)
+			conn := dial(t, leader)
+			waitCaughtUp(t, f, appendN(t, conn, "before", 5)[4])
+			heal := c.partitionFrom(f)
+			idx := appendN(t, conn, "cut off", 20)
+			below := idx[len(idx)-1]
+			if _, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: below}); err != nil {
+				t.Fatal(err)
+			}
+			waitFor(t, "the leader deletes below the trim", func() bool { return leader.view.First() >= below })
+			tc.fault(f)
+			heal()
+			last := appendN(t, conn, "healed", 1)[0]
+			select {
+			case <-f.Done():
+			case <-time.After(30 * time.Second):
+				t.Fatalf("the follower with a failed disk still runs 30 s after the leader started sending it a snapshot (store: %v)", f.db.Err())
+			}
+			if err := f.Err(); !errors.Is(err, syscall.EIO) {
+				t.Fatalf("the follower stopped with %v, want an I/O error", err)
+			}
+			f.Close()
+			delete(c.nodes, f.ID())
+			other := followerOf(c, leader)
+			waitCaughtUp(t, other, last)
+			sameRecords(t, "the other follower", readAll(t, other, true), readAll(t, leader, false))
+		})
+	}
+}
+
+// A leader that cannot write the snapshot a trim takes stops, and the
+// cluster goes on under another leader with every acknowledged record.
+func TestFailedSnapshotFileStopsLeader(t *testing.T) {
 	c := faultCluster(t)
 	leader := c.waitLeader()
-	f := followerOf(c, leader)
 	conn := dial(t, leader)
-	waitCaughtUp(t, f, appendN(t, conn, "before", 5)[4])
-	heal := c.partitionFrom(f)
-	idx := appendN(t, conn, "cut off", 20)
-	below := idx[len(idx)-1]
-	if _, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: below}); err != nil {
+	idx := appendN(t, conn, "before", 10)
+	for _, n := range c.nodes {
+		waitCaughtUp(t, n, idx[9])
+	}
+	leader.faults.fs.failIn.Store(ptr(snapDir(leader)))
+	// The trim commits; the snapshot that makes it take effect is what
+	// fails.
+	if _, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: idx[9]}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the leader deletes below the trim", func() bool { return leader.view.First() >= below })
-	f.faults.fs.dirsFail.Store(true)
-	heal()
-	last := appendN(t, conn, "healed", 1)[0]
 	select {
-	case <-f.Done():
+	case <-leader.Done():
 	case <-time.After(30 * time.Second):
-		t.Fatalf("the follower with a failed disk still runs 30 s after the leader started sending it a snapshot (store: %v)", f.db.Err())
+		t.Fatal("the leader that cannot write its snapshot still runs 30 s after the trim")
 	}
-	if err := f.Err(); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("the follower stopped with %v, want an I/O error", err)
+	if err := leader.Err(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("the leader stopped with %v, want an I/O error", err)
 	}
-	f.Close()
-	delete(c.nodes, f.ID())
-	other := followerOf(c, leader)
-	waitCaughtUp(t, other, last)
-	sameRecords(t, "the other follower", readAll(t, other, true), readAll(t, leader, false))
+	leader.Close()
+	delete(c.nodes, leader.ID())
+	next := c.waitLeader()
+	last := appendN(t, dial(t, next), "after", 1)[0]
+	// What the trim kept of the old leader's records, then the new one.
+	got := readAll(t, next, false)
+	if len(got) != 2 || got[0].Index != idx[9] || string(got[0].Data) != "before-9" || got[1].Index != last {
+		t.Fatalf("the new leader holds %v, want before-9 at %d and after-0 at %d", got, idx[9], last)
+	}
 }
+
+// snapDir is the default log's snapshot directory on n.
+func snapDir(n *Node) string { return filepath.Join(n.cfg.DataDir, "snapshots") }
+
+func ptr[T any](v T) *T { return &v }

@@ -46,9 +46,9 @@ import (
 	"os"
 	"path/filepath"
 	"sync/atomic"
-	"syscall"
 	"unsafe"
 
+	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/mmap"
 )
@@ -188,7 +188,7 @@ func openIndexFile(fs vfs.FS, dir string, base uint64, create bool, size int) (*
 		size = max(size, indexFileSizeFor(uint64(have+indexSlotSize-1)/indexSlotSize, 0))
 		if have < int64(size) {
 			err = f.Allocate(int64(size))
-			if err != nil && asked == 0 && !created && isNoSpace(err) {
+			if err != nil && asked == 0 && !created && commitlog.IsNoSpace(err) {
 				size, err = int(have/indexPageSize*indexPageSize), nil
 			}
 		}
@@ -214,11 +214,6 @@ func openOrCreate(fs vfs.FS, path string, create bool) (f vfs.File, created bool
 	}
 	f, err = fs.OpenFile(path, os.O_RDWR, 0)
 	return f, false, err
-}
-
-// isNoSpace reports whether err comes from a full file system.
-func isNoSpace(err error) bool {
-	return errors.Is(err, syscall.ENOSPC) || errors.Is(err, syscall.EDQUOT)
 }
 
 // mapFile maps the first size bytes of the file; none when size is 0.

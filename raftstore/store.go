@@ -7,7 +7,6 @@ import (
 	"math"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -353,7 +352,7 @@ func (s *Store) ensureIndexFiles(lo, hi uint64) error {
 			closeIndexFiles(created)
 			if created[0].base <= fileBase(hi) {
 				err = fmt.Errorf("raftstore: sync directory %s: %w", s.dir, err)
-				if errors.Is(err, syscall.ENOSPC) {
+				if commitlog.IsNoSpace(err) {
 					return err
 				}
 				// The directory's state is unknown after a failed sync,

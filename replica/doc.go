@@ -36,8 +36,9 @@
 // durable, so a crash at any point of an install leaves the old snapshot
 // with all its records or the new one with all of its (snapinstall.go).
 // Snapshot files are written whole, fsynced and renamed into place; the
-// directory is fsynced after each rename or removal. A failed sync whose
-// outcome is unknown calls SnapStore.Fail: the node must stop.
+// directory is fsynced after each rename or removal. A snapshot file that
+// cannot be written or synced for any reason but a full disk, or a failed
+// sync whose outcome is unknown, calls SnapStore.Fail: the node must stop.
 //
 // # Concurrency
 //

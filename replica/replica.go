@@ -72,8 +72,9 @@ type Config struct {
 	// store; the node decides whether it must stop (a failed write or
 	// sync) or waits for space.
 	StoreError func(error)
-	// Fail is called when a snapshot install cannot tell whether it
-	// switched (SnapStore.Fail): the node must stop.
+	// Fail is called when a snapshot file cannot be written (a full disk
+	// aside) or an install cannot tell whether it switched
+	// (SnapStore.Fail): the node must stop.
 	Fail func(error)
 	// Batch is called with the size of each batch the proposer hands raft.
 	Batch func(records int)

@@ -15,6 +15,7 @@ import (
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/commitlog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
 )
@@ -285,6 +286,14 @@ func (k *snapSink) close() error {
 	if err != nil {
 		if !switched {
 			k.unstage()
+			if !commitlog.IsNoSpace(err) && s.Fail != nil {
+				// The old snapshot stands, but the disk failed to write
+				// the new one: stop, as the raft store does on a failed
+				// write, rather than go on failing every snapshot (a
+				// follower that can never catch up, a leader whose log
+				// is never trimmed). A full disk is not a failure.
+				s.Fail(fmt.Errorf("replica: snapshot %s: %w", k.meta.ID, err))
+			}
 			return err
 		}
 		// The rename happened, the directory sync failed: whether the

@@ -141,10 +141,12 @@ type SnapStore struct {
 	db     *raftstore.DB
 	logger hclog.Logger
 	retain int
-	// Fail is called when a failed sync leaves it unknown whether an
-	// install switched to its snapshot: the node must stop (failstop.go),
-	// and its next start finds out from the disk. nil: the install only
-	// returns the error. Set before raft starts, never changed.
+	// Fail is called when a snapshot file cannot be written for any
+	// reason but a full disk, or when a failed sync leaves it unknown
+	// whether an install switched to its snapshot: the node must stop
+	// (failstop.go), and its next start finds out from the disk. nil: the
+	// snapshot only returns the error. Set before raft starts, never
+	// changed.
 	Fail func(error)
 	// Latest is the index and term of the newest durable snapshot
 	// (failStopStore.GetLog); nil when there is none.
