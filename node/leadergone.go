@@ -32,11 +32,28 @@ import (
 // holds everything the voter's does. An unreachable host, a partition or a
 // paused process refuses nothing, and the timeouts apply as before.
 //
+// A dying process's peers need not wait for the heartbeats to be missed:
+// the kernel closes its sockets, so the raft connections it had opened to
+// this node end at once, and this node's own dials to it are refused
+// (peerloss.go). Either wakes the watch, which then dials at once the
+// leader of every log this node follows whose address could be the lost
+// peer's (any leader, for a connection that ended, whose peer's address
+// is not known), silent or not, for a short while (see lostWindow). A
+// leader that accepts the connection is alive, whatever ended; only a
+// refusal calls an election, as above.
+//
 // The surviving voters all see the refusal at about the same time; if they
 // all campaigned at once, they could split the votes and wait out an
 // election timeout. So they take turns: the voters other than the leader,
 // by id, each one leadergoneStagger after the one before, and a voter
 // whose turn comes after a new leader has been heard from does nothing.
+// The first in turn loses when its log is behind another survivor's (it
+// missed the dead leader's last entry); the next one then wins. Once an
+// election is under way, the watch calls no other: not while raft is a
+// candidate, nor after it granted a vote and knows no leader yet, although
+// the old leader's port still refuses. (Calling again there deposed the
+// new leader just elected, and the log waited out raft's timeouts, 1.1 to
+// 2 s after the kill.)
 
 // leadergoneStagger is how long a surviving voter waits per voter before
 // it in id order before it calls the election.
@@ -47,8 +64,16 @@ type leaderGone struct {
 	id    raft.ServerID
 	addr  raft.ServerAddress
 	since time.Time
+	after string // what led to the dial: goneAfterLost or goneAfterSilence
 	term  uint64 // the term the election was called in; 0 while not called
 }
+
+// What led to the dial that found a leader gone (the label "after" of
+// raftlog_leader_gone_elections_total).
+const (
+	goneAfterLost    = "lost_connection"   // a raft connection with a peer ended, or a dial to it was refused
+	goneAfterSilence = "missed_heartbeats" // no word from the leader for three heartbeat intervals
+)
 
 // leaderWatch is the watch of one log's raft group.
 type leaderWatch struct {
@@ -58,20 +83,73 @@ type leaderWatch struct {
 	nextDial   time.Time          // no dial before: a slow leader is not dialled every tick
 }
 
+// A peer's connections end a few milliseconds before its raft port closes:
+// a process's sockets are not all closed at the same instant. So a lost
+// connection opens a window of lostWindow during which the watch passes
+// over the logs every lostEvery, dialling the leaders the losses may
+// concern; a loss during the window extends it. A peer that stays down
+// is reported again and again (the leaders here retry it); the reports of
+// a peer's address open or extend a window at most once per lostQuiet.
+// Accepted connections end rarely otherwise, and each of their ends
+// counts.
+const (
+	lostWindow = 50 * time.Millisecond
+	lostEvery  = 5 * time.Millisecond
+	lostQuiet  = 250 * time.Millisecond
+)
+
 // leaderGoneLoop watches for a dead leader of every log the node follows;
-// see above. The logs' watches take turns within a tick; a dial that is
-// refused is cheap, and a live leader is dialled at most every five ticks.
+// see above. The logs' watches take turns within a pass, and a pass dials
+// each leader's address at most once; a dial that is refused is cheap. A
+// live leader is dialled at most every five ticks for its silence, and
+// every lostEvery while a lost connection's window lasts.
 func (n *Node) leaderGoneLoop() {
 	defer n.wg.Done()
 	every := max(n.cfg.HeartbeatTimeout/10, 10*time.Millisecond)
 	t := time.NewTicker(every)
 	defer t.Stop()
+	lostT := time.NewTimer(time.Hour)
+	lostT.Stop()
+	defer lostT.Stop()
+	var (
+		lost      map[raft.ServerAddress]bool          // peers lost in the window; nil outside one
+		lostUntil time.Time                            // the window's end
+		lostAt    = map[raft.ServerAddress]time.Time{} // when each peer's address last opened or extended a window
+	)
 	watches := map[*raft.Raft]*leaderWatch{}
 	for {
+		p := &watchPass{every: every, refused: map[raft.ServerAddress]bool{}}
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
+		case <-n.peerLosses.wake:
+			now := time.Now()
+			fresh := false
+			for a := range n.peerLosses.take() {
+				if a != "" && now.Sub(lostAt[a]) < lostQuiet {
+					continue
+				}
+				lostAt[a] = now
+				fresh = true
+				if lost == nil {
+					lost = map[raft.ServerAddress]bool{}
+				}
+				lost[a] = true
+			}
+			if !fresh {
+				continue
+			}
+			lostUntil = now.Add(lostWindow)
+			p.lost = lost
+			lostT.Reset(lostEvery)
+		case <-lostT.C:
+			if time.Now().After(lostUntil) {
+				lost = nil
+				continue
+			}
+			p.lost = lost
+			lostT.Reset(lostEvery)
 		}
 		seen := map[*raft.Raft]bool{}
 		for _, g := range n.gatedLogs() {
@@ -81,7 +159,7 @@ func (n *Node) leaderGoneLoop() {
 				watches[g.r] = w
 			}
 			seen[g.r] = true
-			n.watchLeader(g, w, every)
+			n.watchLeader(g, w, p)
 		}
 		for r := range watches {
 			if !seen[r] {
@@ -89,6 +167,32 @@ func (n *Node) leaderGoneLoop() {
 			}
 		}
 	}
+}
+
+// watchPass is one pass of the watch over the logs.
+type watchPass struct {
+	every time.Duration
+	// lost holds the peers reported lost in the window this pass belongs
+	// to ("" for any peer); nil for a pass of the ticker.
+	lost map[raft.ServerAddress]bool
+	// refused memoizes this pass's dials, by address.
+	refused map[raft.ServerAddress]bool
+}
+
+// dial reports whether addr refuses a connection, dialling it once per
+// pass.
+func (p *watchPass) dial(addr raft.ServerAddress) bool {
+	r, ok := p.refused[addr]
+	if !ok {
+		r = refusesConnections(string(addr), p.every)
+		p.refused[addr] = r
+	}
+	return r
+}
+
+// mayBeLost reports whether addr could be a peer reported lost.
+func (p *watchPass) mayBeLost(addr raft.ServerAddress) bool {
+	return p.lost[""] || p.lost[addr]
 }
 
 // gatedLog is a log's raft and the vote gate its transport goes through.
@@ -108,25 +212,49 @@ func (n *Node) gatedLogs() []gatedLog {
 	return out
 }
 
-// watchLeader is one tick of log g's watch w.
-func (n *Node) watchLeader(g gatedLog, w *leaderWatch, every time.Duration) {
+// watchLeader is pass p of log g's watch w.
+func (n *Node) watchLeader(g gatedLog, w *leaderWatch, p *watchPass) {
 	r := g.r
-	if addr, id := r.LeaderWithID(); id != "" {
+	addr, id := r.LeaderWithID()
+	if id != "" {
 		w.leaderAddr, w.leaderID = addr, id
 	}
-	if r.State() != raft.Follower || time.Since(r.LastContact()) < 3*every || w.leaderID == "" || !g.gate.allowed.Load() {
+	switch st := r.State(); {
+	case st == raft.Candidate:
+		return // an election is under way: the watch does not call another
+	case st != raft.Follower || w.leaderID == "" || !g.gate.allowed.Load():
 		w.gone = nil
 		return
 	}
+	last := r.LastContact()
+	if w.gone != nil && id == w.gone.id && last.After(w.gone.since) {
+		// Heard from since: it is back. (A vote this node granted since
+		// also counts as contact, but leaves raft without a leader: an
+		// election is under way, and the watch does not call another.)
+		w.gone = nil
+	}
 	if w.gone == nil || w.gone.id != w.leaderID {
-		if time.Now().Before(w.nextDial) {
+		now := time.Now()
+		after := goneAfterLost
+		switch {
+		case p.lost != nil:
+			if !p.mayBeLost(w.leaderAddr) || !p.dial(w.leaderAddr) {
+				return
+			}
+		case now.Sub(last) < 3*p.every:
+			w.gone = nil
 			return
+		default:
+			after = goneAfterSilence
+			if now.Before(w.nextDial) {
+				return
+			}
+			if !p.dial(w.leaderAddr) {
+				w.nextDial = now.Add(5 * p.every)
+				return
+			}
 		}
-		if !refusesConnections(string(w.leaderAddr), every) {
-			w.nextDial = time.Now().Add(5 * every)
-			return
-		}
-		w.gone = &leaderGone{id: w.leaderID, addr: w.leaderAddr, since: time.Now()}
+		w.gone = &leaderGone{id: w.leaderID, addr: w.leaderAddr, since: now, after: after}
 	}
 	if w.gone.term != 0 {
 		return // called already; raft's timeouts take over if it failed
@@ -136,9 +264,9 @@ func (n *Node) watchLeader(g gatedLog, w *leaderWatch, every time.Duration) {
 		return
 	}
 	w.gone.term = r.CurrentTerm()
-	n.metrics.leaderGoneElections.Inc()
+	n.metrics.leaderGoneElections.WithLabelValues(w.gone.after).Inc()
 	n.cfg.Logger.Warn("the leader's raft port refuses connections: its process is gone; calling an election now",
-		"log", g.name, "leader", w.gone.id, "addr", w.gone.addr, "silent_for", time.Since(r.LastContact()).Round(time.Millisecond))
+		"log", g.name, "leader", w.gone.id, "addr", w.gone.addr, "after", w.gone.after, "silent_for", time.Since(r.LastContact()).Round(time.Millisecond))
 	g.gate.timeoutNow()
 }
 

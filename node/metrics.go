@@ -46,8 +46,9 @@ import (
 //	                                           op, or for a connection) and reason: malformed, too_large,
 //	                                           busy, unsupported (transport.RefusalObserver), permission (authz.go)
 //	raftlog_peer_connections_refused_total{reason}  raft connections refused in the TLS handshake: not_a_node
-//	raftlog_leader_gone_elections_total        elections this node called because the leader's raft port refused
-//	                                           connections (leadergone.go)
+//	raftlog_leader_gone_elections_total{after} elections this node called because the leader's raft port refused
+//	                                           connections (leadergone.go), after lost_connection (a raft
+//	                                           connection with it ended) or missed_heartbeats
 //	raftlog_raft_term, raftlog_raft_last_index, raftlog_raft_commit_index,
 //	raftlog_raft_applied_index, raftlog_raft_first_index, raftlog_raft_leader (1 when leading):
 //	                                           the default log's
@@ -92,7 +93,7 @@ type nodeMetrics struct {
 	refusedRequests *prometheus.CounterVec // by op and reason: refusedMalformed, refusedTooLarge, refusedBusy, refusedUnsupported, refusedPermission
 	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode
 
-	leaderGoneElections prometheus.Counter
+	leaderGoneElections *prometheus.CounterVec // by what led to the dial: goneAfterLost, goneAfterSilence
 }
 
 var (
@@ -205,8 +206,14 @@ func newNodeMetrics() *nodeMetrics {
 	m.refusedPeers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_peer_connections_refused_total", Help: "Raft connections refused in the TLS handshake, by reason (not_a_node).",
 	}, []string{"reason"})
+	m.leaderGoneElections = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftlog_leader_gone_elections_total", Help: "Elections called because the leader's raft port refused connections, by what led to the dial (lost_connection, missed_heartbeats).",
+	}, []string{"after"})
 	// Exported as 0 from the start.
 	m.refusedPeers.WithLabelValues(refusedNotANode)
+	for _, after := range []string{goneAfterLost, goneAfterSilence} {
+		m.leaderGoneElections.WithLabelValues(after)
+	}
 	for _, kind := range []string{storeErrNoSpace, storeErrIO} {
 		m.storeErrors.WithLabelValues(kind)
 	}
@@ -218,11 +225,10 @@ func newNodeMetrics() *nodeMetrics {
 			m.refusedRequests.WithLabelValues(opLabel(op), reason)
 		}
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers,
+	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers, m.leaderGoneElections,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
 	m.refused = f("raftlog_client_connections_refused_total", "Client connections refused because MaxConns were open.")
-	m.leaderGoneElections = f("raftlog_leader_gone_elections_total", "Elections called because the leader's raft port refused connections.")
 	m.batch = h("raftlog_append_batch_records", "Records the leader proposed to raft together.", prometheus.ExponentialBuckets(1, 2, 10))
 	m.fsync = h("raftlog_store_fsync_duration_seconds", "Latency of commit-log fdatasync calls.", prometheus.ExponentialBuckets(25e-6, 2, 16))
 	m.perSync = h("raftlog_store_entries_per_fsync", "Records made durable by one fdatasync.", prometheus.ExponentialBuckets(1, 2, 14))

@@ -99,6 +99,9 @@ type Node struct {
 	failOnce   sync.Once
 	failed     chan struct{}
 	failErr    error
+	// peerLosses: lost raft connections, for the leader-gone watch
+	// (peerloss.go, leadergone.go).
+	peerLosses *peerLosses
 
 	closeOnce sync.Once
 	closeErr  error
@@ -159,7 +162,8 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
-	n := &Node{cfg: c, conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{}), dirLock: lock}
+	n := &Node{cfg: c, conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{}), dirLock: lock,
+		peerLosses: newPeerLosses()}
 	n.marks = &markers{dir: c.DataDir}
 	if err := checkNoRepair(c.DataDir); err != nil {
 		lock.Close()
@@ -403,6 +407,9 @@ func (n *Node) raftTransport() (netTransport, error) {
 		stream = n.faults.layer
 	}
 	n.probes = newProbeLayer(stream, n.probeAnswer)
+	// The raft transports see the peers' connections through
+	// peerLossLayer, which tells the leader-gone watch of lost ones.
+	raftStream := &peerLossLayer{StreamLayer: n.probes, lost: n.peerLosses.report}
 	if c.RaftTransport == RaftTransportHashicorp {
 		// MaxRPCsInFlight 1: no pipelined replication. hashicorp/raft
 		// v1.8.0's netPipeline can park forever after a follower answers
@@ -413,14 +420,14 @@ func (n *Node) raftTransport() (netTransport, error) {
 		// appenders, 3 runs each, 14,957-15,186 records/s pipelined
 		// against 16,368-17,451 without.
 		return raft.NewNetworkTransportWithConfig(&raft.NetworkTransportConfig{
-			Stream: n.probes, MaxPool: 4, MaxRPCsInFlight: 1, Timeout: raftIOTimeout, Logger: logger,
+			Stream: raftStream, MaxPool: 4, MaxRPCsInFlight: 1, Timeout: raftIOTimeout, Logger: logger,
 		}), nil
 	}
 	// The native transport pipelines safely (transport/raftpipe.go), but
 	// by default it does not pipeline (see Config.RaftMaxInFlight).
 	// One mux serves the default log (group 0) and the named logs (their
 	// ids) over the one listener.
-	mux, err := transport.NewRaftMux(n.probes, &transport.RaftTransportConfig{
+	mux, err := transport.NewRaftMux(raftStream, &transport.RaftTransportConfig{
 		Timeout: raftIOTimeout, MaxPool: 4, MaxInFlight: c.RaftMaxInFlight, MaxFrameSize: raftFrameSize(c.Limits), Logger: logger,
 	})
 	if err != nil {
