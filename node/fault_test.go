@@ -2,13 +2,11 @@ package node
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -214,7 +212,7 @@ func TestFailedDiskStopsFollowerInstallingSnapshot(t *testing.T) {
 		{"directory syncs", func(f *Node) { f.faults.fs.dirsFail.Store(true) }},
 		// The records are staged, and the snapshot file fails (only the
 		// snapshot store sees it).
-		{"snapshot files", func(f *Node) { f.faults.fs.failIn.Store(ptr(snapDir(f))) }},
+		{"snapshot files", func(f *Node) { f.faults.fs.failIn.Store(new(snapDir(f))) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := faultCluster(t)
@@ -232,14 +230,7 @@ func TestFailedDiskStopsFollowerInstallingSnapshot(t *testing.T) {
 			tc.fault(f)
 			heal()
 			last := appendN(t, conn, "healed", 1)[0]
-			select {
-			case <-f.Done():
-			case <-time.After(30 * time.Second):
-				t.Fatalf("the follower with a failed disk still runs 30 s after the leader started sending it a snapshot (store: %v)", f.db.Err())
-			}
-			if err := f.Err(); !errors.Is(err, syscall.EIO) {
-				t.Fatalf("the follower stopped with %v, want an I/O error", err)
-			}
+			waitStoppedOnEIO(t, f, 30*time.Second, "the follower with a failed disk", "still runs 30 s after the leader started sending it a snapshot")
 			f.Close()
 			delete(c.nodes, f.ID())
 			other := followerOf(c, leader)
@@ -259,20 +250,13 @@ func TestFailedSnapshotFileStopsLeader(t *testing.T) {
 	for _, n := range c.nodes {
 		waitCaughtUp(t, n, idx[9])
 	}
-	leader.faults.fs.failIn.Store(ptr(snapDir(leader)))
+	leader.faults.fs.failIn.Store(new(snapDir(leader)))
 	// The trim commits; the snapshot that makes it take effect is what
 	// fails.
 	if _, err := call[transport.TrimResponse](t, conn, transport.OpTrim, &transport.TrimRequest{Below: idx[9]}); err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case <-leader.Done():
-	case <-time.After(30 * time.Second):
-		t.Fatal("the leader that cannot write its snapshot still runs 30 s after the trim")
-	}
-	if err := leader.Err(); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("the leader stopped with %v, want an I/O error", err)
-	}
+	waitStoppedOnEIO(t, leader, 30*time.Second, "the leader that cannot write its snapshot", "still runs 30 s after the trim")
 	leader.Close()
 	delete(c.nodes, leader.ID())
 	next := c.waitLeader()
@@ -286,5 +270,3 @@ func TestFailedSnapshotFileStopsLeader(t *testing.T) {
 
 // snapDir is the default log's snapshot directory on n.
 func snapDir(n *Node) string { return filepath.Join(n.cfg.DataDir, "snapshots") }
-
-func ptr[T any](v T) *T { return &v }

@@ -1,11 +1,9 @@
 package node
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -65,14 +63,7 @@ func TestHealthFailsWithTheStore(t *testing.T) {
 	// The node stops by itself within a tick of the space loop, however
 	// idle: it does not wait for a write, nor for raft to panic failing
 	// to store a vote.
-	select {
-	case <-f.Done():
-	case <-time.After(10 * time.Second):
-		t.Fatal("the follower with a failed store did not stop")
-	}
-	if err := f.Err(); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("the follower stopped with %v, want an I/O error", err)
-	}
+	waitStoppedOnEIO(t, f, 10*time.Second, "the follower with a failed store", "did not stop")
 	mustProbe(t, leader, "/metrics", http.StatusOK, "\nraftlog_store_failed 0\n")
 	delete(c.nodes, f.ID())
 }

@@ -2,10 +2,12 @@ package node
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"path/filepath"
 	"reflect"
+	"syscall"
 	"testing"
 	"time"
 
@@ -236,5 +238,21 @@ func (c *testCluster) partitionFrom(n *Node) (heal func()) {
 		for _, o := range c.nodes {
 			o.faults.layer.partition(nil)
 		}
+	}
+}
+
+// waitStoppedOnEIO waits up to d for n to stop by itself after a storage
+// failure (Done), and fails unless it stopped with an I/O error; still
+// running after d, it fails with "<who> <running>" (the store's latched
+// failure appended).
+func waitStoppedOnEIO(t *testing.T, n *Node, d time.Duration, who, running string) {
+	t.Helper()
+	select {
+	case <-n.Done():
+	case <-time.After(d):
+		t.Fatalf("%s %s (store: %v)", who, running, n.db.Err())
+	}
+	if err := n.Err(); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("%s stopped with %v, want an I/O error", who, err)
 	}
 }
