@@ -789,9 +789,12 @@ func (c *cluster) shutdown() {
 	c.killAll()
 }
 
+// errPollTimeout is poll's error when timeout passed.
+var errPollTimeout = errors.New("timed out")
+
 // poll calls cond every pollInterval until it returns true or an error,
-// ctx ends or timeout passes. It is for waiting on other processes, which
-// cannot signal the test.
+// ctx ends or timeout passes (errPollTimeout). It is for waiting on other
+// processes, which cannot signal the test.
 func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error)) error {
 	deadline := time.Now().Add(timeout)
 	t := time.NewTicker(pollInterval)
@@ -802,7 +805,7 @@ func poll(ctx context.Context, timeout time.Duration, cond func() (bool, error))
 			return err
 		}
 		if !time.Now().Before(deadline) {
-			return errors.New("timed out")
+			return errPollTimeout
 		}
 		select {
 		case <-ctx.Done():

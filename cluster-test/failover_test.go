@@ -194,15 +194,9 @@ func TestLeaderGoneCallsElection(t *testing.T) {
 		if m == first {
 			continue
 		}
-		body, err := m.admin(http.MethodGet, "/metrics")
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, line := range strings.Split(string(body), "\n") {
-			for _, after := range []string{"lost_connection", "missed_heartbeats"} {
-				if v, ok := strings.CutPrefix(line, `raftlog_leader_gone_elections_total{after="`+after+`"} `); ok && v != "0" {
-					called[after]++
-				}
+		for _, after := range []string{"lost_connection", "missed_heartbeats"} {
+			if metric(t, m, `raftlog_leader_gone_elections_total{after="`+after+`"}`) != "0" {
+				called[after]++
 			}
 		}
 	}
@@ -216,4 +210,20 @@ func TestLeaderGoneCallsElection(t *testing.T) {
 	verify(t, verification{c: c, rec: rec, w: w, seed: 43, what: "leader-gone run",
 		replay: "go test -run TestLeaderGoneCallsElection -v ./cluster-test/", faults: map[faultKind]int{faultKillLeader: 1},
 		checkTimeout: 2 * time.Minute})
+}
+
+// metric returns the value of the sample named series (a name and its
+// labels, as exported) of m's /metrics; "" when m exports none.
+func metric(t *testing.T, m *member, series string) string {
+	t.Helper()
+	body, err := m.admin(http.MethodGet, "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		if v, ok := strings.CutPrefix(line, series+" "); ok {
+			return v
+		}
+	}
+	return ""
 }

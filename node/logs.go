@@ -298,12 +298,26 @@ func (n *Node) reconcile(s *catalog.State) {
 // log's leadership to its preferred leader before it tries again.
 const transferRetry = 3 * time.Second
 
+// The results of a transfer to a preferred leader (the label "result" of
+// raftlog_leader_transfers_total).
+const (
+	transferHanded = "handed"
+	transferFailed = "failed"
+)
+
+// transferLag is how far behind the leader's last index the preferred
+// leader's log may be for a transfer to start: raft brings it up to date
+// first, refusing appends meanwhile, so a few batches at most.
+const transferLag = 4 * 256
+
 // balanceLeaders hands the leadership of each log this node leads, but is
 // not the catalog's preferred leader of (the first member, chosen at
 // create so that leaders spread evenly), to the preferred leader when it is
-// a voter of the log's group: after a node returns, the logs it should
-// lead come back to it. raft first brings the target up to date; a
-// transfer that fails (the node is down or catching up) is retried after transferRetry.
+// a voter of the log's group that answered the leader within a heartbeat
+// timeout with a log at most transferLag entries behind (peerseen.go):
+// after a node returns, the logs it should lead come back to it once it
+// has caught up. raft first brings the target up to date; a transfer that
+// fails (the node died meanwhile) is retried after transferRetry.
 func (n *Node) balanceLeaders(s *catalog.State) {
 	for _, h := range n.host.all() {
 		l, ok := s.LogByID(h.id)
@@ -322,7 +336,7 @@ func (n *Node) balanceLeaders(s *catalog.State) {
 			continue
 		}
 		nd, ok := s.Node(want)
-		if !ok || nd.State != catalog.NodeActive {
+		if !ok || nd.State != catalog.NodeActive || !h.gate.caughtUp(raft.ServerID(want), rf.LastIndex(), n.cfg.HeartbeatTimeout, transferLag) {
 			continue
 		}
 		n.host.mu.Lock()
@@ -343,9 +357,11 @@ func (n *Node) balanceLeaders(s *catalog.State) {
 			}
 			n.host.mu.Unlock()
 			if err != nil {
+				n.metrics.transfers.WithLabelValues(transferFailed).Inc()
 				n.cfg.Logger.Debug("handing a log's leadership to its preferred leader", "log", h.name, "to", want, "error", err)
 				return
 			}
+			n.metrics.transfers.WithLabelValues(transferHanded).Inc()
 			n.cfg.Logger.Info("handed a log's leadership to its preferred leader", "log", h.name, "to", want)
 		}()
 	}

@@ -94,6 +94,7 @@ type nodeMetrics struct {
 	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode
 
 	leaderGoneElections *prometheus.CounterVec // by what led to the dial: goneAfterLost, goneAfterSilence
+	transfers           *prometheus.CounterVec // leaderships handed to preferred leaders, by result: transferHanded, transferFailed
 }
 
 var (
@@ -209,7 +210,13 @@ func newNodeMetrics() *nodeMetrics {
 	m.leaderGoneElections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_leader_gone_elections_total", Help: "Elections called because the leader's raft port refused connections, by what led to the dial (lost_connection, missed_heartbeats).",
 	}, []string{"after"})
+	m.transfers = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "raftlog_leader_transfers_total", Help: "Transfers of a named log's leadership to its preferred leader this node started as the log's leader, by result (handed, failed). raft refuses appends while one runs.",
+	}, []string{"result"})
 	// Exported as 0 from the start.
+	for _, result := range []string{transferHanded, transferFailed} {
+		m.transfers.WithLabelValues(result)
+	}
 	m.refusedPeers.WithLabelValues(refusedNotANode)
 	for _, after := range []string{goneAfterLost, goneAfterSilence} {
 		m.leaderGoneElections.WithLabelValues(after)
@@ -225,7 +232,7 @@ func newNodeMetrics() *nodeMetrics {
 			m.refusedRequests.WithLabelValues(opLabel(op), reason)
 		}
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers, m.leaderGoneElections,
+	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers, m.leaderGoneElections, m.transfers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
 	m.refused = f("raftlog_client_connections_refused_total", "Client connections refused because MaxConns were open.")

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -53,6 +54,9 @@ type voteGate struct {
 	failed  atomic.Bool               // the node's store failed (stopRaft): no new term, ever
 	raft    atomic.Pointer[raft.Raft] // for the current term, once started
 	self    raft.RPCHeader
+
+	seenMu sync.Mutex
+	seen   map[raft.ServerID]peerSeen // what each peer last answered (peerseen.go); guarded by seenMu
 }
 
 // votes reports whether the node may grant and request votes.
@@ -115,7 +119,7 @@ type netTransport interface {
 }
 
 func newVoteGate(tr netTransport, allowed bool, id string) *voteGate {
-	g := &voteGate{netTransport: tr, out: make(chan raft.RPC), done: make(chan struct{})}
+	g := &voteGate{netTransport: tr, out: make(chan raft.RPC), done: make(chan struct{}), seen: map[raft.ServerID]peerSeen{}}
 	g.allowed.Store(allowed)
 	g.self = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(tr.LocalAddr())}
 	go g.run()
