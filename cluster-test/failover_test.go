@@ -227,3 +227,96 @@ func metric(t *testing.T, m *member, series string) string {
 	}
 	return ""
 }
+
+// TestLeaderGoneBehindSurvivor: when the leader dies and the survivor
+// first in turn to call the election is behind the other (it missed the
+// leader's last entries), the other refuses its vote and, in a group of
+// three, where the refused candidate cannot win, calls the election at
+// once rather than at its own turn (node/refusedvote.go). The raft
+// timeouts are 5 s, so the survivors' turns are 1 s apart (two of the
+// leader-gone watch's intervals of 500 ms).
+//
+// The survivor with the lower id is paused (SIGSTOP) while appends commit
+// on the other two; the native raft transport sends a follower one
+// request at a time, so it misses every entry after the one it was sent.
+// The leader is SIGKILLed and the survivor resumed at once: it reads the
+// end of the leader's connection, finds the leader's port refusing, and
+// calls first, as the first in turn; the other survivor, which learned of
+// the death the same way, waits for its turn. The test wants the survivor
+// ahead to lead, having called before its turn (its metric says so), and
+// no acknowledged append lost.
+func TestLeaderGoneBehindSurvivor(t *testing.T) {
+	skipShort(t)
+	const timeout = 5 * time.Second
+	c := newCluster(t, clusterConfig{nodes: 3, args: []string{
+		"--heartbeat-timeout", timeout.String(), "--election-timeout", timeout.String(), "--leader-lease-timeout", timeout.String()}})
+	rec := newRecorder()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	defer c.keepLogsIfFailed(t)
+	leader, err := c.leader(ctx, healthyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var survivors []*member
+	for _, m := range c.members {
+		if m != leader {
+			survivors = append(survivors, m)
+		}
+	}
+	sort.Slice(survivors, func(i, j int) bool { return survivors[i].id < survivors[j].id })
+	behind, ahead := survivors[0], survivors[1]
+	w, err := startWorkload(ctx, c, rec, workloadConfig{
+		duration:       2 * time.Minute,
+		retryAppenders: 2,
+		opsPerWorker:   100_000,
+		think:          3 * time.Millisecond,
+	}, 47)
+	if err != nil {
+		t.Fatalf("starting the workload: %v", err)
+	}
+	defer w.stop()
+	if err := rec.waitAcks(ctx, 100, healthyTimeout); err != nil {
+		t.Fatalf("no steady load: %v", err)
+	}
+	pausedAt := rec.now()
+	if err := behind.pause(); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.waitAcks(ctx, rec.ackCount()+100, healthyTimeout); err != nil {
+		t.Fatalf("no appends acknowledged with %s paused: %v", behind.id, err)
+	}
+	killed := time.Now()
+	killAt := rec.now()
+	if err := leader.kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := behind.resume(); err != nil {
+		t.Fatal(err)
+	}
+	rec.addFault(faultEvent{Kind: string(faultPauseRandom), Start: pausedAt, End: rec.now(), Detail: "SIGSTOP " + behind.id + ", then SIGCONT after the leader's SIGKILL"})
+	second, err := c.leader(ctx, healthyTimeout)
+	if err != nil {
+		t.Fatalf("after SIGKILL of %s: %v", leader.id, err)
+	}
+	elected := time.Since(killed)
+	if err := rec.waitAcks(ctx, rec.ackCount()+1, healthyTimeout); err != nil {
+		t.Fatalf("appends did not resume after SIGKILL of the leader %s: %v", leader.id, err)
+	}
+	rec.addFault(faultEvent{Kind: string(faultKillLeader), Start: killAt, End: rec.now(), Detail: "SIGKILL leader " + leader.id})
+	t.Logf("SIGKILL of leader %s with %s behind; %s leads %v later (the turns are 1 s apart)", leader.id, behind.id, second.id, elected.Round(time.Millisecond))
+	if second != ahead {
+		t.Errorf("%s leads after the SIGKILL, want %s, the survivor whose log is ahead", second.id, ahead.id)
+	}
+	if v := metric(t, ahead, "raftlog_leader_gone_early_elections_total"); v != "1" {
+		t.Errorf("%s counts %q elections called before its turn, want 1: it did not call when it refused its vote to %s, whose log is behind",
+			ahead.id, v, behind.id)
+	}
+	if err := leader.restart(); err != nil {
+		t.Fatal(err)
+	}
+	w.stop()
+	verify(t, verification{c: c, rec: rec, w: w, seed: 47, what: "leader-gone run with a survivor behind",
+		replay: "go test -run TestLeaderGoneBehindSurvivor -v ./cluster-test/", faults: map[faultKind]int{faultKillLeader: 1, faultPauseRandom: 1},
+		checkTimeout: 2 * time.Minute})
+}

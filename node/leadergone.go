@@ -45,19 +45,23 @@ import (
 // The surviving voters all see the refusal at about the same time; if they
 // all campaigned at once, they could split the votes and wait out an
 // election timeout. So they take turns: the voters other than the leader,
-// by id, each one leadergoneStagger after the one before, and a voter
-// whose turn comes after a new leader has been heard from does nothing.
-// The first in turn loses when its log is behind another survivor's (it
-// missed the dead leader's last entry); the next one then wins. Once an
+// by id, each one stagger after the one before (two of the watch's
+// intervals, so that a voter that noticed a pass later keeps its turn),
+// and a voter whose turn comes after a new leader has been heard from does
+// nothing. The first in turn loses when its log is behind another
+// survivor's (it missed the dead leader's last entry); the survivor that
+// refused it its vote then calls at once when the candidate cannot win
+// without it (refusedvote.go), and otherwise the next in turn wins. Once an
 // election is under way, the watch calls no other: not while raft is a
 // candidate, nor after it granted a vote and knows no leader yet, although
 // the old leader's port still refuses. (Calling again there deposed the
 // new leader just elected, and the log waited out raft's timeouts, 1.1 to
 // 2 s after the kill.)
 
-// leadergoneStagger is how long a surviving voter waits per voter before
-// it in id order before it calls the election.
-const leadergoneStagger = 150 * time.Millisecond
+// stagger is how long a surviving voter waits per voter before it in id
+// order before it calls the election: two of the watch's intervals of
+// every (140 ms with the default heartbeat timeout).
+func stagger(every time.Duration) time.Duration { return 2 * every }
 
 // leaderGone is the state of the watch: the leader found gone, and when.
 type leaderGone struct {
@@ -143,6 +147,9 @@ func (n *Node) leaderGoneLoop() {
 			lostUntil = now.Add(lostWindow)
 			p.lost = lost
 			lostT.Reset(lostEvery)
+		case <-n.refusedVotes:
+			// A refused candidate may let a survivor call before its
+			// turn: a pass of the watch decides.
 		case <-lostT.C:
 			if time.Now().After(lostUntil) {
 				lost = nil
@@ -259,14 +266,33 @@ func (n *Node) watchLeader(g gatedLog, w *leaderWatch, p *watchPass) {
 	if w.gone.term != 0 {
 		return // called already; raft's timeouts take over if it failed
 	}
-	rank, voter := survivorRank(r, n.cfg.ID, w.gone.id)
-	if !voter || time.Since(w.gone.since) < time.Duration(rank)*leadergoneStagger {
+	rank, voters, voter := survivorRank(r, n.cfg.ID, w.gone.id)
+	if !voter {
 		return
+	}
+	var behind *refusedVote
+	if wait := time.Duration(rank) * stagger(p.every); time.Since(w.gone.since) < wait {
+		if !cannotWinWithout(voters) {
+			return
+		}
+		// A candidate refused since the leader was found gone, or
+		// within the wait before (its dial may have come first).
+		if behind = g.gate.behindCandidate(r, time.Since(w.gone.since)+wait); behind == nil {
+			return
+		}
 	}
 	w.gone.term = r.CurrentTerm()
 	n.metrics.leaderGoneElections.WithLabelValues(w.gone.after).Inc()
-	n.cfg.Logger.Warn("the leader's raft port refuses connections: its process is gone; calling an election now",
-		"log", g.name, "leader", w.gone.id, "addr", w.gone.addr, "after", w.gone.after, "silent_for", time.Since(r.LastContact()).Round(time.Millisecond))
+	silent := time.Since(r.LastContact()).Round(time.Millisecond)
+	if behind != nil {
+		n.metrics.leaderGoneEarly.Inc()
+		n.cfg.Logger.Warn("the leader's raft port refuses connections, and a candidate whose log is behind this node's cannot win without its vote; calling an election before its turn",
+			"log", g.name, "leader", w.gone.id, "addr", w.gone.addr, "after", w.gone.after, "silent_for", silent,
+			"candidate", behind.candidate, "candidate_last_index", behind.lastIndex)
+	} else {
+		n.cfg.Logger.Warn("the leader's raft port refuses connections: its process is gone; calling an election now",
+			"log", g.name, "leader", w.gone.id, "addr", w.gone.addr, "after", w.gone.after, "silent_for", silent)
+	}
 	g.gate.timeoutNow()
 }
 
@@ -282,25 +308,30 @@ func refusesConnections(addr string, timeout time.Duration) bool {
 }
 
 // survivorRank returns the node's (self's) place, from 0, among the
-// voters of r's latest configuration other than leader, by id; false when
-// the node is not one of them.
-func survivorRank(r *raft.Raft, self string, leader raft.ServerID) (int, bool) {
+// voters of r's latest configuration other than leader, by id, and the
+// number of voters, leader included; false when the node is not one of
+// them.
+func survivorRank(r *raft.Raft, self string, leader raft.ServerID) (rank, voters int, ok bool) {
 	f := r.GetConfiguration()
 	if f.Error() != nil {
-		return 0, false
+		return 0, 0, false
 	}
 	var ids []string
 	in := false
 	for _, s := range f.Configuration().Servers {
-		if s.Suffrage != raft.Voter || s.ID == leader {
+		if s.Suffrage != raft.Voter {
+			continue
+		}
+		voters++
+		if s.ID == leader {
 			continue
 		}
 		ids = append(ids, string(s.ID))
 		in = in || string(s.ID) == self
 	}
 	if !in {
-		return 0, false
+		return 0, 0, false
 	}
 	slices.Sort(ids)
-	return slices.Index(ids, self), true
+	return slices.Index(ids, self), voters, true
 }

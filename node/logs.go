@@ -476,7 +476,7 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	// A lost replica being rebuilt does not vote before it is a voter
 	// again (moves.go): the gate opens once the rebuild is finished.
 	lost := l.Lost(c.ID)
-	gate := newVoteGate(tr, !lost, c.ID)
+	gate := newVoteGate(tr, !lost, c.ID, n.wakeOnRefusedVote)
 	var trans raft.Transport = gate
 	if h := c.hooks; h != nil && h.logTransport != nil {
 		trans = h.logTransport(l.ID, gate)

@@ -94,6 +94,7 @@ type nodeMetrics struct {
 	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode
 
 	leaderGoneElections *prometheus.CounterVec // by what led to the dial: goneAfterLost, goneAfterSilence
+	leaderGoneEarly     prometheus.Counter     // of those, called before the node's turn (refusedvote.go)
 	transfers           *prometheus.CounterVec // leaderships handed to preferred leaders, by result: transferHanded, transferFailed
 }
 
@@ -210,6 +211,9 @@ func newNodeMetrics() *nodeMetrics {
 	m.leaderGoneElections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_leader_gone_elections_total", Help: "Elections called because the leader's raft port refused connections, by what led to the dial (lost_connection, missed_heartbeats).",
 	}, []string{"after"})
+	m.leaderGoneEarly = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "raftlog_leader_gone_early_elections_total", Help: "Of the elections counted by raftlog_leader_gone_elections_total, those called before this node's turn because it refused its vote to a candidate whose log is behind its own, which cannot win without it.",
+	})
 	m.transfers = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_leader_transfers_total", Help: "Transfers of a named log's leadership to its preferred leader this node started as the log's leader, by result (handed, failed). raft refuses appends while one runs.",
 	}, []string{"result"})
@@ -232,7 +236,7 @@ func newNodeMetrics() *nodeMetrics {
 			m.refusedRequests.WithLabelValues(opLabel(op), reason)
 		}
 	}
-	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers, m.leaderGoneElections, m.transfers,
+	m.reg.MustRegister(m.requests, m.latency, m.conns, m.storeErrors, m.refusedAppends, m.refusedRequests, m.refusedPeers, m.leaderGoneElections, m.leaderGoneEarly, m.transfers,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m.connsTotal = f("raftlog_client_connections_total", "Client connections accepted.")
 	m.refused = f("raftlog_client_connections_refused_total", "Client connections refused because MaxConns were open.")

@@ -102,6 +102,9 @@ type Node struct {
 	// peerLosses: lost raft connections, for the leader-gone watch
 	// (peerloss.go, leadergone.go).
 	peerLosses *peerLosses
+	// refusedVotes wakes the leader-gone watch when a log's raft refused
+	// a vote (refusedvote.go); buffered, one wake-up pending at most.
+	refusedVotes chan struct{}
 
 	closeOnce sync.Once
 	closeErr  error
@@ -163,7 +166,7 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	n := &Node{cfg: c, conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{}), dirLock: lock,
-		peerLosses: newPeerLosses()}
+		peerLosses: newPeerLosses(), refusedVotes: make(chan struct{}, 1)}
 	n.marks = &markers{dir: c.DataDir}
 	if err := checkNoRepair(c.DataDir); err != nil {
 		lock.Close()
@@ -329,7 +332,7 @@ func (n *Node) startRaft() error {
 	n.joiningNow.Store(joining)
 	n.deciding.Store(deciding)
 	n.joinedAt.Store(added)
-	n.gate = newVoteGate(tr, false, c.ID)
+	n.gate = newVoteGate(tr, false, c.ID, n.wakeOnRefusedVote)
 	if !joining && !deciding {
 		n.startVoting()
 	}

@@ -54,6 +54,8 @@ type voteGate struct {
 	failed  atomic.Bool               // the node's store failed (stopRaft): no new term, ever
 	raft    atomic.Pointer[raft.Raft] // for the current term, once started
 	self    raft.RPCHeader
+	refused atomic.Pointer[refusedVote] // the last vote request raft refused (refusedvote.go)
+	wake    func()                      // wakes the leader-gone watch; may be nil
 
 	seenMu sync.Mutex
 	seen   map[raft.ServerID]peerSeen // what each peer last answered (peerseen.go); guarded by seenMu
@@ -118,8 +120,10 @@ type netTransport interface {
 	raft.WithPreVote
 }
 
-func newVoteGate(tr netTransport, allowed bool, id string) *voteGate {
-	g := &voteGate{netTransport: tr, out: make(chan raft.RPC), done: make(chan struct{}), seen: map[raft.ServerID]peerSeen{}}
+// newVoteGate returns the gate over tr of the node id, voting if allowed;
+// wake, if not nil, is called when raft refuses a vote (refusedvote.go).
+func newVoteGate(tr netTransport, allowed bool, id string, wake func()) *voteGate {
+	g := &voteGate{netTransport: tr, out: make(chan raft.RPC), done: make(chan struct{}), wake: wake, seen: map[raft.ServerID]peerSeen{}}
 	g.allowed.Store(allowed)
 	g.self = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(tr.LocalAddr())}
 	go g.run()
@@ -147,6 +151,9 @@ func (g *voteGate) run() {
 		}
 		if g.refuse(rpc) {
 			continue
+		}
+		if req, ok := rpc.Command.(*raft.RequestVoteRequest); ok {
+			rpc = g.observeVote(rpc, req)
 		}
 		select {
 		case g.out <- rpc:

@@ -162,7 +162,7 @@ func testHeartbeatsReachTheMainLoop(t *testing.T, kind RaftTransportKind) {
 		return newPeerTransport(t, kind, &streamLayer{Listener: ln, dial: dialTCP})
 	}
 	server, client := listen(), listen()
-	g := newVoteGate(server, true, "n1")
+	g := newVoteGate(server, true, "n1", nil)
 	defer g.Close()
 	fast := make(chan struct{}, 1)
 	g.SetHeartbeatHandler(func(rpc raft.RPC) {
@@ -228,7 +228,7 @@ func TestFailedStoreTakesNoNewTerm(t *testing.T) {
 		return newPeerTransport(t, RaftTransportNative, &streamLayer{Listener: ln, dial: dialTCP})
 	}
 	server, client := listen(), listen()
-	g := newVoteGate(server, true, "n1")
+	g := newVoteGate(server, true, "n1", nil)
 	defer g.Close()
 	g.stopRaft()
 	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n2"), Addr: []byte(client.LocalAddr())}
@@ -276,5 +276,80 @@ func TestFailedStoreTakesNoNewTerm(t *testing.T) {
 	}
 	if err := g.RequestPreVote("n2", raft.ServerAddress(client.LocalAddr()), &raft.RequestPreVoteRequest{RPCHeader: hdr, Term: 7}, &raft.RequestPreVoteResponse{}); !errors.Is(err, errNotVoterYet) {
 		t.Errorf("a pre-vote requested after the store failed: %v", err)
+	}
+}
+
+// The gate keeps the last vote request raft refused in the term the
+// candidate asked for, and wakes the leader-gone watch
+// (refusedvote.go); a vote granted, or refused to a candidate of an older
+// term, is not kept. The candidate gets raft's answer either way.
+func TestGateKeepsRefusedVote(t *testing.T) {
+	listen := func() netTransport {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return newPeerTransport(t, RaftTransportNative, &streamLayer{Listener: ln, dial: dialTCP})
+	}
+	server, client := listen(), listen()
+	woken := make(chan struct{}, 10)
+	g := newVoteGate(server, true, "n1", func() { woken <- struct{}{} })
+	defer g.Close()
+	hdr := raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte("n2"), Addr: []byte(client.LocalAddr())}
+	for _, tt := range []struct {
+		what    string
+		answer  raft.RequestVoteResponse
+		kept    bool
+		reqTerm uint64
+	}{
+		{"granted", raft.RequestVoteResponse{Term: 7, Granted: true}, false, 7},
+		{"refused to a candidate of an older term", raft.RequestVoteResponse{Term: 9, Granted: false}, false, 8},
+		{"refused in the candidate's term", raft.RequestVoteResponse{Term: 10, Granted: false}, true, 10},
+	} {
+		g.refused.Store(nil)
+		done := make(chan error, 1)
+		var resp raft.RequestVoteResponse
+		go func() {
+			req := &raft.RequestVoteRequest{RPCHeader: hdr, Term: tt.reqTerm, LastLogIndex: 41, LastLogTerm: 3, LeadershipTransfer: true}
+			done <- client.RequestVote("n1", server.LocalAddr(), req, &resp)
+		}()
+		select {
+		case rpc := <-g.Consumer():
+			rpc.Respond(&tt.answer, nil)
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the vote request never reached raft", tt.what)
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("%s: %v", tt.what, err)
+		}
+		if resp.Granted != tt.answer.Granted || resp.Term != tt.answer.Term {
+			t.Errorf("%s: the candidate got %+v, want raft's answer %+v", tt.what, resp, tt.answer)
+		}
+		if !tt.kept {
+			// The gate keeps a refusal before it hands the answer on.
+			if v := g.refused.Load(); v != nil {
+				t.Errorf("%s: kept %+v", tt.what, v)
+			}
+			continue
+		}
+		select {
+		case <-woken:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: the watch was not woken", tt.what)
+		}
+		v := g.refused.Load()
+		if v == nil || v.term != 10 || v.lastIndex != 41 || v.lastTerm != 3 || v.candidate != string(client.LocalAddr()) {
+			t.Errorf("%s: kept %+v, want term 10, last entry 41 of term 3 from %s", tt.what, v, client.LocalAddr())
+		}
+	}
+}
+
+// A candidate refused by one survivor cannot win in a group of 3 or 4
+// voters once the leader is gone, and can in one of 5 or more.
+func TestCannotWinWithout(t *testing.T) {
+	for voters, want := range map[int]bool{3: true, 4: true, 5: false, 6: false, 7: false} {
+		if got := cannotWinWithout(voters); got != want {
+			t.Errorf("cannotWinWithout(%d) = %v, want %v", voters, got, want)
+		}
 	}
 }
