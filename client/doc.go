@@ -133,6 +133,13 @@
 //   - A lost connection or no reply within RequestTimeout: the same member
 //     or the next, for requests that may be repeated (see below).
 //
+// Two of these go without a backoff, so that a leader's death costs the
+// Client no wait of its own: the first redial after a lost connection in
+// an operation (a member whose process died refuses it at once), and a
+// move to a member the operation has not tried after a failure to
+// connect. A follower that has just lost its leader holds the request
+// until it knows the new one, and then names it or, having won, serves it.
+//
 // Every request of appends carries the Client's id (Options.ClientID) and
 // a sequence number of its own, from 1, and every retry repeats both, and
 // the same appends, so the cluster stores its records exactly once even

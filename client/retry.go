@@ -133,6 +133,9 @@ type retrier struct {
 	// tlsRefused holds the members whose TLS handshake failed: once it
 	// holds every known member, no retry can help.
 	tlsRefused map[string]bool
+	// redialed: the operation redialled a member at once after losing
+	// its connection (see next).
+	redialed bool
 }
 
 // newRetrier returns the retrier of an operation named op (as errors name
@@ -282,9 +285,26 @@ func (r *retrier) next(addr string, err error) (d time.Duration, now bool, _ err
 			r.followed = append(r.followed, leader)
 			return 0, true, nil
 		}
+	case again:
+		// A lost connection: the member's process may be gone (its
+		// sockets closed when it died), and a dial says so at once,
+		// refused; or the connection alone failed. Either way, one
+		// redial goes without a wait.
+		if !r.redialed && errors.Is(err, transport.ErrClosed) {
+			r.redialed = true
+			return 0, true, nil
+		}
 	case next:
 		if r.rt != toMember {
 			c.advance(r.lr, addr, r.justUnreachable)
+			// A member that refused the connection (its process is
+			// gone, most likely) sends the operation on at once to a
+			// member it has not tried: a survivor that holds it until
+			// it knows the new leader (replica.Leading), or names it.
+			// Each member is tried so once, then the backoff applies.
+			if de := (*dialError)(nil); errors.As(err, &de) && !slices.Contains(r.tried, c.current(r.lr)) {
+				return 0, true, nil
+			}
 		}
 	}
 	d = c.backoff(r.backoffs)

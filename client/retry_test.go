@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -213,4 +214,34 @@ func TestTLSFailureReported(t *testing.T) {
 			t.Errorf("%d trims served over refused connections", n)
 		}
 	})
+}
+
+// When the leader's process dies, the client redials it once at once
+// (the connection was lost), and, refused, goes at once to a member it has
+// not tried, which names the new leader or leads: a failover costs the
+// client no backoff. The backoff here is a minute, so an append that
+// waited for one would outlast the test's context.
+func TestFailoverWithoutBackoff(t *testing.T) {
+	fc := newCluster(t, 3)
+	fc.setLeader(0)
+	opts := &Options{MinBackoff: time.Minute, MaxBackoff: time.Minute, RetryTimeout: 5 * time.Minute}
+	c := dialT(t, fc.addrs(), opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := c.Append(ctx, []byte("before")); err != nil {
+		t.Fatal(err)
+	}
+	fc.members[0].kill()
+	fc.setLeader(2) // member 1, asked first, names member 2
+	start := time.Now()
+	idx, err := c.Append(ctx, []byte("after"))
+	if err != nil {
+		t.Fatalf("append after the leader died: %v (after %v)", err, time.Since(start).Round(time.Millisecond))
+	}
+	if !slices.Equal(idx, []uint64{2}) {
+		t.Fatalf("indexes %v, want [2]", idx)
+	}
+	if n := fc.count(2, transport.OpAppend); n != 1 {
+		t.Errorf("the new leader got %d appends, want 1", n)
+	}
 }
