@@ -148,28 +148,10 @@ func formatGaps(gaps []time.Duration) string {
 func TestLeaderGoneCallsElection(t *testing.T) {
 	skipShort(t)
 	const timeout = 5 * time.Second
-	c := newCluster(t, clusterConfig{nodes: 3, args: []string{
-		"--heartbeat-timeout", timeout.String(), "--election-timeout", timeout.String(), "--leader-lease-timeout", timeout.String()}})
-	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	first, err := c.leader(ctx, healthyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
-	w, err := startWorkload(ctx, c, rec, workloadConfig{
-		duration:       2 * time.Minute,
-		retryAppenders: 2,
-		opsPerWorker:   100_000,
-		think:          3 * time.Millisecond,
-	}, 43)
-	if err != nil {
-		t.Fatalf("starting the workload: %v", err)
-	}
+	c, rec, w, first := startSlowTimeoutsRun(t, ctx, timeout, 43)
 	defer w.stop()
-	if err := rec.waitAcks(ctx, 100, healthyTimeout); err != nil {
-		t.Fatalf("no steady load: %v", err)
-	}
 	killed := time.Now()
 	at := rec.now()
 	if err := first.kill(); err != nil {
@@ -212,6 +194,36 @@ func TestLeaderGoneCallsElection(t *testing.T) {
 		checkTimeout: 2 * time.Minute})
 }
 
+// startSlowTimeoutsRun starts a cluster of 3 nodes whose raft timeouts
+// (heartbeat, election, leader lease) are all timeout, and on it a
+// workload of seed (2 appenders retrying within their sessions), and waits
+// for 100 acknowledged appends; it returns the cluster, the recorder, the
+// workload (the caller stops it) and the leader.
+func startSlowTimeoutsRun(t *testing.T, ctx context.Context, timeout time.Duration, seed uint64) (*cluster, *recorder, *workload, *member) {
+	t.Helper()
+	c := newCluster(t, clusterConfig{nodes: 3, args: []string{
+		"--heartbeat-timeout", timeout.String(), "--election-timeout", timeout.String(), "--leader-lease-timeout", timeout.String()}})
+	rec := newRecorder()
+	leader, err := c.leader(ctx, healthyTimeout)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := startWorkload(ctx, c, rec, workloadConfig{
+		duration:       2 * time.Minute,
+		retryAppenders: 2,
+		opsPerWorker:   100_000,
+		think:          3 * time.Millisecond,
+	}, seed)
+	if err != nil {
+		t.Fatalf("starting the workload: %v", err)
+	}
+	if err := rec.waitAcks(ctx, 100, healthyTimeout); err != nil {
+		w.stop()
+		t.Fatalf("no steady load: %v", err)
+	}
+	return c, rec, w, leader
+}
+
 // metric returns the value of the sample named series (a name and its
 // labels, as exported) of m's /metrics; "" when m exports none.
 func metric(t *testing.T, m *member, series string) string {
@@ -247,17 +259,11 @@ func metric(t *testing.T, m *member, series string) string {
 // no acknowledged append lost.
 func TestLeaderGoneBehindSurvivor(t *testing.T) {
 	skipShort(t)
-	const timeout = 5 * time.Second
-	c := newCluster(t, clusterConfig{nodes: 3, args: []string{
-		"--heartbeat-timeout", timeout.String(), "--election-timeout", timeout.String(), "--leader-lease-timeout", timeout.String()}})
-	rec := newRecorder()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	c, rec, w, leader := startSlowTimeoutsRun(t, ctx, 5*time.Second, 47)
+	defer w.stop()
 	defer c.keepLogsIfFailed(t)
-	leader, err := c.leader(ctx, healthyTimeout)
-	if err != nil {
-		t.Fatal(err)
-	}
 	var survivors []*member
 	for _, m := range c.members {
 		if m != leader {
@@ -266,19 +272,6 @@ func TestLeaderGoneBehindSurvivor(t *testing.T) {
 	}
 	sort.Slice(survivors, func(i, j int) bool { return survivors[i].id < survivors[j].id })
 	behind, ahead := survivors[0], survivors[1]
-	w, err := startWorkload(ctx, c, rec, workloadConfig{
-		duration:       2 * time.Minute,
-		retryAppenders: 2,
-		opsPerWorker:   100_000,
-		think:          3 * time.Millisecond,
-	}, 47)
-	if err != nil {
-		t.Fatalf("starting the workload: %v", err)
-	}
-	defer w.stop()
-	if err := rec.waitAcks(ctx, 100, healthyTimeout); err != nil {
-		t.Fatalf("no steady load: %v", err)
-	}
 	pausedAt := rec.now()
 	if err := behind.pause(); err != nil {
 		t.Fatal(err)

@@ -154,14 +154,7 @@ func TestHeartbeatsReachTheMainLoop(t *testing.T) {
 }
 
 func testHeartbeatsReachTheMainLoop(t *testing.T, kind RaftTransportKind) {
-	listen := func() netTransport {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newPeerTransport(t, kind, &streamLayer{Listener: ln, dial: dialTCP})
-	}
-	server, client := listen(), listen()
+	server, client := listenPeer(t, kind), listenPeer(t, kind)
 	g := newVoteGate(server, true, "n1", nil)
 	defer g.Close()
 	fast := make(chan struct{}, 1)
@@ -193,6 +186,17 @@ func testHeartbeatsReachTheMainLoop(t *testing.T, kind RaftTransportKind) {
 	}
 }
 
+// listenPeer returns a raft transport of the given kind listening on a
+// port of 127.0.0.1; it is closed when the test ends.
+func listenPeer(t *testing.T, kind RaftTransportKind) netTransport {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newPeerTransport(t, kind, &streamLayer{Listener: ln, dial: dialTCP})
+}
+
 // newPeerTransport returns a raft transport of the given kind over layer,
 // to talk to nodes as a peer would; it is closed when the test ends.
 func newPeerTransport(t *testing.T, kind RaftTransportKind, layer raft.StreamLayer) netTransport {
@@ -220,14 +224,7 @@ func newPeerTransport(t *testing.T, kind RaftTransportKind, layer raft.StreamLay
 // newer term and TimeoutNow, and sends no vote request; an AppendEntries
 // of raft's own term still reaches raft.
 func TestFailedStoreTakesNoNewTerm(t *testing.T) {
-	listen := func() netTransport {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newPeerTransport(t, RaftTransportNative, &streamLayer{Listener: ln, dial: dialTCP})
-	}
-	server, client := listen(), listen()
+	server, client := listenPeer(t, RaftTransportNative), listenPeer(t, RaftTransportNative)
 	g := newVoteGate(server, true, "n1", nil)
 	defer g.Close()
 	g.stopRaft()
@@ -284,14 +281,7 @@ func TestFailedStoreTakesNoNewTerm(t *testing.T) {
 // (refusedvote.go); a vote granted, or refused to a candidate of an older
 // term, is not kept. The candidate gets raft's answer either way.
 func TestGateKeepsRefusedVote(t *testing.T) {
-	listen := func() netTransport {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		return newPeerTransport(t, RaftTransportNative, &streamLayer{Listener: ln, dial: dialTCP})
-	}
-	server, client := listen(), listen()
+	server, client := listenPeer(t, RaftTransportNative), listenPeer(t, RaftTransportNative)
 	woken := make(chan struct{}, 10)
 	g := newVoteGate(server, true, "n1", func() { woken <- struct{}{} })
 	defer g.Close()
