@@ -26,8 +26,9 @@ func startProcCluster(t *testing.T, h *serveHarness, n int, prefix, restoreFrom 
 	t.Helper()
 	var nodes []*procNode
 	var clients []string
+	addrs := freeAddrs(t, 2*n)
 	for i := 1; i <= n; i++ {
-		p := &procNode{id: fmt.Sprintf("n%d", i), raft: freeAddr(t), client: freeAddr(t)}
+		p := &procNode{id: fmt.Sprintf("n%d", i), raft: addrs[2*i-2], client: addrs[2*i-1]}
 		p.dir = filepath.Join(h.dir, fmt.Sprintf("%s%d", prefix, i))
 		p.log = filepath.Join(h.dir, fmt.Sprintf("%s%d.log", prefix, i))
 		nodes = append(nodes, p)
@@ -50,6 +51,11 @@ func startProcCluster(t *testing.T, h *serveHarness, n int, prefix, restoreFrom 
 	}
 	for _, p := range nodes {
 		waitUntil(t, 2*time.Minute, p.id+" answering status", func() bool {
+			select {
+			case <-p.exited:
+				t.Fatalf("%s exited before it answered status", p.id)
+			default:
+			}
 			out, _, code := h.cli("status", "--addrs", p.client, "--json", "--timeout", "2s")
 			return code == 0 && strings.Contains(out, `"node_id": "`+p.id+`"`)
 		})

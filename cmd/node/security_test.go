@@ -56,11 +56,12 @@ func TestReleaseBinaryRefusesFaultInjection(t *testing.T) {
 func TestServeTLSAdmins(t *testing.T) {
 	h := newServeHarness(t)
 	ca := testcert.NewCA(t, t.TempDir(), "cluster")
-	n := &procNode{id: "n1", raft: freeAddr(t), client: freeAddr(t)}
+	addrs := freeAddrs(t, 3)
+	n := &procNode{id: "n1", raft: addrs[0], client: addrs[1]}
 	n.dir = filepath.Join(h.dir, n.id)
 	n.log = filepath.Join(h.dir, n.id+".log")
 	cert, key := ca.Issue(t, "n1", node.NodeURI("n1"))
-	admin := freeAddr(t)
+	admin := addrs[2]
 	h.start(n, "--bootstrap", "n1="+n.raft, "--admin-addr", admin,
 		"--tls-cert", cert, "--tls-key", key, "--tls-ca", ca.File, "--tls-client-auth", "--tls-admins", "ops,ci")
 	as := func(name string) []string {

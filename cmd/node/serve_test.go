@@ -77,15 +77,22 @@ func cleanEnv() []string {
 	return env
 }
 
-// freeAddr returns a loopback address that was free a moment ago.
-func freeAddr(t *testing.T) string {
+// freeAddrs returns n distinct loopback addresses that were free a moment
+// ago. It holds each port until it has them all: a port closed and asked
+// for again may come back, and two nodes of a test were once given the
+// same one (a raft port and another node's client port).
+func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var addrs []string
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs = append(addrs, ln.Addr().String())
 	}
-	defer ln.Close()
-	return ln.Addr().String()
+	return addrs
 }
 
 // start starts "node serve" for n with extra flags; the process is killed

@@ -158,9 +158,10 @@ func TestVersionCommand(t *testing.T) {
 // serve" logs every setting it took from a RAFTLOG_* variable.
 func TestServeReportsSettings(t *testing.T) {
 	h := newServeHarness(t)
-	n := &procNode{id: "n1", raft: freeAddr(t), client: freeAddr(t)}
+	addrs := freeAddrs(t, 3)
+	n := &procNode{id: "n1", raft: addrs[0], client: addrs[1]}
 	n.dir, n.log = filepath.Join(h.dir, "n1"), filepath.Join(h.dir, "n1.log")
-	admin := freeAddr(t)
+	admin := addrs[2]
 	n.env = []string{
 		"RAFTLOG_ID=overridden-on-the-command-line",
 		"RAFTLOG_FLUSH=async",
