@@ -6,25 +6,21 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/raftlog/raftlog/client"
 )
 
 // TestLeaderNotHandedToDeadNode: a named log's leader hands the log's
 // leadership back to its preferred leader only once that node answers and
 // has caught up (node/peerseen.go). Three named logs on three nodes, each
 // led by its preferred leader; the node leading log-1 is SIGKILLed and
-// stays down.
-// Another takes log-1 over and must start no transfer to the dead node:
+// stays down. Another takes log-1 over and must start no transfer to the dead node:
 // raft refuses appends while one runs, and one to a dead node runs an
 // election timeout, after which the balancer tried again 3 s later, so
 // the log stopped for 0.7 s every 3.7 s while the node was down. The test
-// watches the survivors' transfer counts for 5 s while a client appends
-// to log-1, then restarts the node and wants log-1's leadership handed
-// back to it.
+// watches the survivors' transfer counts for 5 s while the run's workload
+// appends to every log, then restarts the node and wants log-1's
+// leadership handed back to it, and no acknowledged append lost.
 func TestLeaderNotHandedToDeadNode(t *testing.T) {
 	skipShort(t)
 	c := newCluster(t, clusterConfig{nodes: 3})
@@ -50,24 +46,43 @@ func TestLeaderNotHandedToDeadNode(t *testing.T) {
 	}
 	preferred := c.logs[0].members[0]
 
-	cl, err := client.Dial(ctx, c.clientAddrs(), nil)
+	rec := newRecorder()
+	const seed = 53
+	w, named, err := startWorkloads(ctx, c, rec, workloadConfig{
+		duration:       2 * time.Minute,
+		retryAppenders: 2,
+		opsPerWorker:   100_000,
+		think:          3 * time.Millisecond,
+	}, seed)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer cl.Close()
-	lg := cl.Log("log-1")
-	load := &appendLoad{}
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	wg.Go(func() { load.run(loadCtx, lg) })
 	defer func() {
-		stopLoad()
-		wg.Wait()
+		w.stop()
+		for _, nw := range named {
+			nw.stop()
+		}
 	}()
-	if err := load.waitAcks(ctx, 50); err != nil {
-		t.Fatal(err)
+	// log1Acks returns when log-1's appends were acknowledged, in order.
+	log1Acks := func() []int64 {
+		var acks []int64
+		for _, op := range rec.snapshot().forLog("log-1").Ops {
+			if op.Kind == kindAppend && op.OK {
+				acks = append(acks, op.Return)
+			}
+		}
+		slices.Sort(acks)
+		return acks
 	}
+	waitLog1 := func(n int, what string) {
+		t.Helper()
+		if err := poll(ctx, healthyTimeout, func() (bool, error) { return len(log1Acks()) >= n, nil }); err != nil {
+			t.Fatalf("%d appends to log-1 acknowledged %s: %v", n, what, err)
+		}
+	}
+	waitLog1(50, "before the kill")
 
+	killAt := rec.now()
 	if err := preferred.kill(); err != nil {
 		t.Fatal(err)
 	}
@@ -82,14 +97,12 @@ func TestLeaderNotHandedToDeadNode(t *testing.T) {
 	for _, m := range survivors {
 		before[m] = [2]string{metric(t, m, `raftlog_leader_transfers_total{result="failed"}`), metric(t, m, `raftlog_leader_transfers_total{result="handed"}`)}
 	}
-	acked := load.acked()
-	if err := load.waitAcks(ctx, acked+1); err != nil {
-		t.Fatalf("no append to log-1 acknowledged after SIGKILL of its leader %s: %v", preferred.id, err)
-	}
+	acked := len(log1Acks())
+	waitLog1(acked+1, "after SIGKILL of its leader "+preferred.id)
 	// Watch for 5 s: the balancer runs every second, and an old node
 	// started its first transfer within a second of leading.
 	const watch = 5 * time.Second
-	start := time.Now()
+	start, from := time.Now(), rec.now()
 	err = poll(ctx, watch, func() (bool, error) {
 		for _, m := range survivors {
 			if v := metric(t, m, `raftlog_leader_transfers_total{result="failed"}`); v != before[m][0] {
@@ -104,11 +117,14 @@ func TestLeaderNotHandedToDeadNode(t *testing.T) {
 	if !errors.Is(err, errPollTimeout) {
 		t.Fatal(err)
 	}
-	t.Logf("log-1 took %d appends in the %v after %s died, its longest gap %v", load.acked()-acked, watch, preferred.id, load.longestGap(start).Round(time.Millisecond))
+	acks := log1Acks()
+	gap, _, _ := longestGap(acks, from, rec.now())
+	t.Logf("log-1 took %d appends in the %v after %s died, its longest gap %v", len(acks)-acked, watch, preferred.id, gap.Round(time.Millisecond))
 
 	if err := preferred.restart(); err != nil {
 		t.Fatal(err)
 	}
+	rec.addFault(faultEvent{Kind: string(faultKillLogLeader), Start: killAt, End: rec.now(), Detail: "SIGKILL " + preferred.id + ", log-1's leader, kept down " + watch.String()})
 	err = poll(ctx, healthyTimeout, func() (bool, error) {
 		leads, _, err := preferred.leads()
 		return err == nil && slices.Contains(leads, "log-1"), nil
@@ -125,92 +141,12 @@ func TestLeaderNotHandedToDeadNode(t *testing.T) {
 	if handed == 0 {
 		t.Errorf("%s leads log-1 again, but no survivor counts a transfer handed", preferred.id)
 	}
-	if err := load.waitAcks(ctx, load.acked()+1); err != nil {
-		t.Fatalf("no append to log-1 acknowledged after the leadership came back: %v", err)
+	waitLog1(len(log1Acks())+1, "after the leadership came back")
+	w.stop()
+	for _, nw := range named {
+		nw.stop()
 	}
-}
-
-// appendLoad appends to one log, one record at a time, and keeps the
-// acknowledgement times.
-type appendLoad struct {
-	mu    sync.Mutex
-	times []time.Time
-	err   error
-	cond  chan struct{} // closed and replaced at each acknowledgement
-}
-
-// run appends until ctx ends or an append fails.
-func (a *appendLoad) run(ctx context.Context, lg *client.Log) {
-	for i := 0; ctx.Err() == nil && i < 1_000_000; i++ {
-		_, err := lg.Append(ctx, []byte(fmt.Sprintf("record %d", i)))
-		a.mu.Lock()
-		if err != nil {
-			if ctx.Err() == nil {
-				a.err = err
-			}
-		} else {
-			a.times = append(a.times, time.Now())
-		}
-		if a.cond != nil {
-			close(a.cond)
-			a.cond = nil
-		}
-		a.mu.Unlock()
-		if err != nil {
-			return
-		}
-	}
-}
-
-// acked returns the number of appends acknowledged.
-func (a *appendLoad) acked() int {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	return len(a.times)
-}
-
-// waitAcks waits until n appends are acknowledged, for up to
-// healthyTimeout.
-func (a *appendLoad) waitAcks(ctx context.Context, n int) error {
-	deadline := time.NewTimer(healthyTimeout)
-	defer deadline.Stop()
-	for {
-		a.mu.Lock()
-		got, err := len(a.times), a.err
-		if a.cond == nil {
-			a.cond = make(chan struct{})
-		}
-		ch := a.cond
-		a.mu.Unlock()
-		switch {
-		case got >= n:
-			return nil
-		case err != nil:
-			return fmt.Errorf("%d of %d appends acknowledged, then: %w", got, n, err)
-		}
-		select {
-		case <-ch:
-		case <-deadline.C:
-			return fmt.Errorf("%d of %d appends acknowledged after %v", got, n, healthyTimeout)
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-}
-
-// longestGap returns the longest time between consecutive
-// acknowledgements from since on.
-func (a *appendLoad) longestGap(since time.Time) time.Duration {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	var gap time.Duration
-	prev := since
-	for _, at := range a.times {
-		if at.Before(since) {
-			continue
-		}
-		gap = max(gap, at.Sub(prev))
-		prev = at
-	}
-	return gap
+	verify(t, verification{c: c, rec: rec, w: w, named: named, seed: seed, what: "run with log-1's preferred leader down",
+		replay: "go test -run TestLeaderNotHandedToDeadNode -v ./cluster-test/", faults: map[faultKind]int{faultKillLogLeader: 1},
+		checkTimeout: 2 * time.Minute})
 }
