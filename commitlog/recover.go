@@ -219,7 +219,11 @@ func (l *Log) initFresh() error {
 	if err := l.writeCheckpointLocked(nil); err != nil {
 		return err
 	}
-	s, err := l.newSegment(0, l.opts.Preallocate == PreallocateZeroes)
+	var zero *zeroPlan
+	if l.opts.Preallocate == PreallocateZeroes {
+		zero = &zeroPlan{} // at once: nothing waits on the disk yet
+	}
+	s, err := l.newSegment(0, zero)
 	if err != nil {
 		return err
 	}

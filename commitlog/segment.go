@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync/atomic"
+	"time"
 
 	"github.com/raftlog/raftlog/commitlog/vfs"
 )
@@ -96,9 +97,9 @@ func (s *segment) release() {
 
 // createSegment creates, preallocates and maps a new segment file. The file
 // is prepared under a temporary name and renamed only once its length (and,
-// with zero set, its zeroes) are durable, so a crash never leaves a segment
-// name on a short file. The caller syncs the directory.
-func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*segment, error) {
+// with zero set, the zeroes written) are durable, so a crash never leaves a
+// segment name on a short file. The caller syncs the directory.
+func createSegment(fs vfs.FS, dir string, base, size int64, zero *zeroPlan, warm bool) (*segment, error) {
 	path := filepath.Join(dir, segmentName(base))
 	tmp := path + tmpSuffix
 	f, err := fs.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o644)
@@ -116,8 +117,8 @@ func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*s
 		}
 		return fail(fmt.Errorf("commitlog: preallocate segment %s: %w", path, err))
 	}
-	if zero {
-		err = writeZeroes(f, size)
+	if zero != nil {
+		err = writeZeroes(f, size, *zero)
 	} else {
 		err = f.Sync()
 	}
@@ -150,12 +151,56 @@ func createSegment(fs vfs.FS, dir string, base, size int64, zero, warm bool) (*s
 	return s, nil
 }
 
-// writeZeroes writes zeroes over the first size bytes of f and syncs them.
-func writeZeroes(f vfs.File, size int64) error {
-	zero := make([]byte, min(size, 1<<20))
-	for off := int64(0); off < size; off += int64(len(zero)) {
-		if _, err := f.WriteAt(zero[:min(int64(len(zero)), size-off)], off); err != nil {
+// zeroChunk is how many zeroes writeZeroes writes, and waits for, at a
+// time: about 2 ms of a disk writing 500 MiB/s, all an append's sync ever
+// waits behind.
+const zeroChunk = 1 << 20
+
+// zeroPlan says how to zero-fill a new segment. The zero value writes
+// every zero at once and syncs them (a new log's first segment, which
+// nothing waits behind yet). A plan with hurry set is carried out in the
+// background, a chunk at a time, the chunks spread over spread, until
+// hurry or stop is closed; the rest of the segment is then left reserved
+// (it reads as zeroes all the same).
+type zeroPlan struct {
+	spread time.Duration
+	hurry  <-chan struct{} // an append needs the segment now
+	stop   <-chan struct{} // the log is closing
+}
+
+// writeZeroes writes zeroes over the first size bytes of f as plan says,
+// and syncs them. In the background, each chunk is written back before the
+// next, so that the appends' syncs never wait behind more than a chunk of
+// zeroes: written all at once and then synced, a segment's 64 MiB of
+// zeroes held them back long enough that with 64 appends in flight on
+// three nodes the p99.9 latency was 54 to 135 ms, against 11 to 30 ms
+// without zero-filling (bench cluster, 2026-12-03).
+func writeZeroes(f vfs.File, size int64, plan zeroPlan) error {
+	zero := make([]byte, min(size, zeroChunk))
+	var pace *time.Timer
+	gap := plan.spread / time.Duration((size+zeroChunk-1)/zeroChunk)
+	if plan.hurry != nil {
+		pace = time.NewTimer(gap)
+		defer pace.Stop()
+	}
+	for off := int64(0); off < size; off += zeroChunk {
+		n := min(zeroChunk, size-off)
+		if _, err := f.WriteAt(zero[:n], off); err != nil {
 			return err
+		}
+		if pace == nil {
+			continue
+		}
+		if err := f.WriteBack(off, n); err != nil {
+			return err
+		}
+		select {
+		case <-plan.hurry:
+			return f.Sync()
+		case <-plan.stop:
+			return f.Sync()
+		case <-pace.C:
+			pace.Reset(gap)
 		}
 	}
 	return f.Sync()

@@ -184,6 +184,21 @@ func (f *file) Sync() error {
 	return nil
 }
 
+// WriteBack checks that the file is open and the range valid, and does
+// nothing else: it makes nothing durable, in the model as on Linux.
+func (f *file) WriteBack(off, n int64) error {
+	fs := f.fs
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if err := f.check("sync_file_range"); err != nil {
+		return err
+	}
+	if off < 0 || n < 0 {
+		return pathErr("sync_file_range", f.name, syscall.EINVAL)
+	}
+	return nil
+}
+
 // Map returns a mapping of the first size bytes of the page cache: its
 // Bytes are the page cache itself. The file must be open for reading and
 // writing, and size must be positive and at most the file's length.

@@ -126,6 +126,8 @@ func (o *osFile) Size() (int64, error) {
 
 func (o *osFile) Allocate(size int64) error { return allocate(o.f, size) }
 
+func (o *osFile) WriteBack(off, n int64) error { return writeBack(o.f, off, n) }
+
 func (o *osFile) Map(size int) (Mapping, error) {
 	b, err := mmap.Map(o.f.Fd(), 0, size, mmap.ReadWrite)
 	if err != nil {

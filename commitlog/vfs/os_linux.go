@@ -35,3 +35,17 @@ func allocate(f *os.File, size int64) error {
 		return nil
 	}
 }
+
+func writeBack(f *os.File, off, n int64) error {
+	const flags = unix.SYNC_FILE_RANGE_WAIT_BEFORE | unix.SYNC_FILE_RANGE_WRITE | unix.SYNC_FILE_RANGE_WAIT_AFTER
+	for {
+		err := unix.SyncFileRange(int(f.Fd()), off, n, flags)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "sync_file_range", Path: f.Name(), Err: err}
+		}
+		return nil
+	}
+}

@@ -65,6 +65,11 @@ type File interface {
 	// Sync makes the file's written data, and the metadata needed to read
 	// it back, durable (fdatasync).
 	Sync() error
+	// WriteBack writes the dirty pages of [off, off+n) to the disk and
+	// waits for them (sync_file_range), without the flush of the disk's
+	// cache or the metadata that Sync adds: it bounds how much a later
+	// Sync has to write, and is no durability barrier.
+	WriteBack(off, n int64) error
 	// Map maps the first size bytes of the file, shared and writable.
 	Map(size int) (Mapping, error)
 	// Close closes the file. Mappings stay valid until unmapped.
