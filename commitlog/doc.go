@@ -30,8 +30,10 @@
 // With SyncFlush (the default) Append and AppendBatch return only after a
 // sync covering the records has completed: an acknowledged record survives
 // a crash of the process, of the operating system and a power loss (given
-// a disk that honours fdatasync). Appenders copy their bytes in under a
-// short lock and wait; the flusher takes every waiting request, syncs once
+// a disk that honours fdatasync). Appenders write their bytes under a
+// short lock (WriteParts passes parts of GatherMin bytes or more to the
+// kernel from where they are, one pwritev per run; smaller ones are
+// copied into the run first) and wait; the flusher takes every waiting request, syncs once
 // and completes them all, so one fdatasync serves every appender that
 // arrived while the previous one ran. A request that waits longer than
 // SyncFlushTimeout fails with ErrSyncTimeout without knowing the outcome.

@@ -99,6 +99,21 @@ func (f *file) WriteAt(p []byte, off int64) (int, error) {
 	return copy(f.ino.data[off:], p), nil
 }
 
+// WriteVAt writes the concatenation of bufs as one WriteAt: one fault
+// check, and all of it or nothing.
+func (f *file) WriteVAt(bufs [][]byte, off int64) error {
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	p := make([]byte, 0, n)
+	for _, b := range bufs {
+		p = append(p, b...)
+	}
+	_, err := f.WriteAt(p, off)
+	return err
+}
+
 // Name returns the name the file was opened with.
 func (f *file) Name() string { return f.name }
 

@@ -128,6 +128,8 @@ func (o *osFile) Allocate(size int64) error { return allocate(o.f, size) }
 
 func (o *osFile) WriteBack(off, n int64) error { return writeBack(o.f, off, n) }
 
+func (o *osFile) WriteVAt(bufs [][]byte, off int64) error { return writeVAt(o.f, bufs, off) }
+
 func (o *osFile) Map(size int) (Mapping, error) {
 	b, err := mmap.Map(o.f.Fd(), 0, size, mmap.ReadWrite)
 	if err != nil {

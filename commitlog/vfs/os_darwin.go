@@ -20,3 +20,14 @@ func allocate(f *os.File, size int64) error { return allocateByWriting(f, size) 
 // writeBack does nothing: macOS has no sync_file_range, and the Sync that
 // follows writes the range anyway.
 func writeBack(*os.File, int64, int64) error { return nil }
+
+// writeVAt writes the buffers one after the other.
+func writeVAt(f *os.File, bufs [][]byte, off int64) error {
+	for _, b := range bufs {
+		if _, err := f.WriteAt(b, off); err != nil {
+			return err
+		}
+		off += int64(len(b))
+	}
+	return nil
+}

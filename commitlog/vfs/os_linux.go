@@ -2,6 +2,7 @@ package vfs
 
 import (
 	"errors"
+	"io"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -48,4 +49,40 @@ func writeBack(f *os.File, off, n int64) error {
 		}
 		return nil
 	}
+}
+
+// iovMax is the most buffers one pwritev takes (IOV_MAX).
+const iovMax = 1024
+
+// writeVAt writes bufs with pwritev, IOV_MAX buffers at a time, going on
+// after a short write.
+func writeVAt(f *os.File, bufs [][]byte, off int64) error {
+	for len(bufs) > 0 {
+		batch := bufs[:min(len(bufs), iovMax)]
+		n, err := unix.Pwritev(int(f.Fd()), batch, off)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "pwritev", Path: f.Name(), Err: err}
+		}
+		if n == 0 {
+			return &os.PathError{Op: "pwritev", Path: f.Name(), Err: io.ErrShortWrite}
+		}
+		off += int64(n)
+		// Drop what was written, keeping the rest of a buffer cut short.
+		for n > 0 {
+			if n < len(bufs[0]) {
+				rest := bufs[0][n:]
+				bufs = append([][]byte{rest}, bufs[1:]...)
+				break
+			}
+			n -= len(bufs[0])
+			bufs = bufs[1:]
+		}
+		for len(bufs) > 0 && len(bufs[0]) == 0 {
+			bufs = bufs[1:]
+		}
+	}
+	return nil
 }

@@ -37,3 +37,48 @@ func TestMkdirAll(t *testing.T) {
 		}
 	}
 }
+
+// TestWriteVAt writes more buffers than one pwritev takes (IOV_MAX), some
+// of them empty, at an offset, and checks that the file holds their
+// concatenation there and nothing else changed.
+func TestWriteVAt(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "f")
+	f, err := Default.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	const off = 100
+	prefix := []byte("0123456789")
+	if _, err := f.WriteAt(prefix, off-int64(len(prefix))); err != nil {
+		t.Fatal(err)
+	}
+	var bufs [][]byte
+	var want []byte
+	for i := range 2500 {
+		b := make([]byte, i%7) // every seventh is empty
+		for j := range b {
+			b[j] = byte(i + j)
+		}
+		bufs = append(bufs, b)
+		want = append(want, b...)
+	}
+	if err := f.WriteVAt(bufs, off); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != off+len(want) {
+		t.Fatalf("file is %d bytes, want %d", len(got), off+len(want))
+	}
+	if string(got[off-len(prefix):off]) != string(prefix) {
+		t.Errorf("the bytes before the write changed: %q", got[off-len(prefix):off])
+	}
+	for i := range want {
+		if got[off+i] != want[i] {
+			t.Fatalf("byte %d of the write is %d, want %d", i, got[off+i], want[i])
+		}
+	}
+}

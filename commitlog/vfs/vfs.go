@@ -52,6 +52,10 @@ type FS interface {
 type File interface {
 	io.ReaderAt
 	io.WriterAt
+	// WriteVAt writes the concatenation of bufs at off, as one WriteAt of
+	// it would, without joining them first (pwritev on Linux). It returns
+	// an error unless every byte was written.
+	WriteVAt(bufs [][]byte, off int64) error
 	// Name returns the name the file was opened with.
 	Name() string
 	// Size returns the file's current length.
