@@ -52,6 +52,14 @@ const entryHeaderMax = 1 + 5*binary.MaxVarintLen64 + 2 + 2*binary.MaxVarintLen64
 
 // appendEntry encodes l as an entry record of group onto b.
 func appendEntry(b []byte, group uint64, l *raft.Log, flags byte, commit uint64) []byte {
+	b = appendEntryHead(b, group, l, flags, commit)
+	b = append(b, l.Data...)
+	return appendEntryTail(b, l)
+}
+
+// appendEntryHead encodes what comes before l's data in its entry record:
+// the record is the head, l.Data and the tail (appendEntryTail).
+func appendEntryHead(b []byte, group uint64, l *raft.Log, flags byte, commit uint64) []byte {
 	b = append(b, kindEntry)
 	b = binary.AppendUvarint(b, group)
 	b = binary.AppendUvarint(b, l.Index)
@@ -62,11 +70,13 @@ func appendEntry(b []byte, group uint64, l *raft.Log, flags byte, commit uint64)
 	}
 	b = binary.AppendVarint(b, l.AppendedAt.Unix())
 	b = binary.AppendUvarint(b, uint64(l.AppendedAt.Nanosecond()))
-	b = binary.AppendUvarint(b, uint64(len(l.Data)))
-	b = append(b, l.Data...)
+	return binary.AppendUvarint(b, uint64(len(l.Data)))
+}
+
+// appendEntryTail encodes what comes after l's data in its entry record.
+func appendEntryTail(b []byte, l *raft.Log) []byte {
 	b = binary.AppendUvarint(b, uint64(len(l.Extensions)))
-	b = append(b, l.Extensions...)
-	return b
+	return append(b, l.Extensions...)
 }
 
 // appendDeleteRange encodes a delete-range record.

@@ -34,9 +34,10 @@ type Store struct {
 	// wmu serialises the writers of the group: StoreLogs, DeleteRange and
 	// the checkpoint's snapshot of the indexes.
 	wmu      sync.Mutex
-	buf      []byte   // wmu: encoded entries of one batch
-	payloads [][]byte // wmu
-	staged   uint64   // wmu: commit index staged for the next StoreLogs
+	buf      []byte     // wmu: encoded entries of one batch, large data aside
+	parts    [][]byte   // wmu: the entries' payloads in parts
+	payloads [][][]byte // wmu: each entry's parts
+	staged   uint64     // wmu: commit index staged for the next StoreLogs
 
 	// rw keeps readers out while index files are unmapped.
 	rw    sync.RWMutex
@@ -230,9 +231,14 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		return err
 	}
 
-	// Encode every entry into one buffer, then slice it.
+	// Encode every entry into one buffer, then slice it into each entry's
+	// payload. Data of GatherMin bytes or more stays where raft has it: the
+	// entry's payload is then its head in the buffer, its data and its tail,
+	// which the commit log writes without joining them (WriteParts).
 	s.buf = s.buf[:0]
+	heads := make([]int, len(logs)) // the end of an entry's head; -1 when the data is in the buffer
 	ends := make([]int, len(logs))
+	bytes := 0
 	for i, l := range logs {
 		flags, commit := byte(0), uint64(0)
 		if i == len(logs)-1 {
@@ -242,20 +248,39 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 				commit = s.staged
 			}
 		}
-		s.buf = appendEntry(s.buf, s.group, l, flags, commit)
+		if len(l.Data) >= commitlog.GatherMin {
+			s.buf = appendEntryHead(s.buf, s.group, l, flags, commit)
+			heads[i] = len(s.buf)
+			s.buf = appendEntryTail(s.buf, l)
+			bytes += len(l.Data)
+		} else {
+			s.buf = appendEntry(s.buf, s.group, l, flags, commit)
+			heads[i] = -1
+		}
 		ends[i] = len(s.buf)
 	}
-	s.payloads = s.payloads[:0]
+	bytes += len(s.buf)
+	if cap(s.parts) < 3*len(logs) {
+		s.parts = make([][]byte, 0, 3*len(logs))
+	}
+	s.parts, s.payloads = s.parts[:0], s.payloads[:0]
 	prev := 0
-	for _, e := range ends {
-		s.payloads = append(s.payloads, s.buf[prev:e:e])
+	for i, e := range ends {
+		from := len(s.parts)
+		if h := heads[i]; h < 0 {
+			s.parts = append(s.parts, s.buf[prev:e:e])
+		} else {
+			s.parts = append(s.parts, s.buf[prev:h:h], logs[i].Data, s.buf[h:e:e])
+		}
+		s.payloads = append(s.payloads, s.parts[from:len(s.parts):len(s.parts)])
 		prev = e
 	}
 	if last == 0 {
 		s.pin.Store(s.db.log.End())
 		defer s.pin.Store(-1)
 	}
-	positions, end, err := s.db.log.Write(s.payloads)
+	positions, end, err := s.db.log.WriteParts(s.payloads)
+	clear(s.parts) // keeps no entry's data alive
 	if err != nil {
 		return fmt.Errorf("raftstore: group %d: %w", s.group, err)
 	}
@@ -276,7 +301,7 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		s.commit.Store(s.staged)
 		s.staged = 0
 	}
-	s.db.m.storeLogs(start, len(logs), len(s.buf))
+	s.db.m.storeLogs(start, len(logs), bytes)
 	return nil
 }
 
