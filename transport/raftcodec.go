@@ -210,16 +210,32 @@ func logLen(e *raft.Log) int {
 }
 
 // appendLog appends the encoding of one entry.
-func appendLog(b []byte, e *raft.Log) []byte {
+func appendLog(b []byte, e *raft.Log) []byte { return appendLogAside(b, e, nil) }
+
+// appendLogAside is appendLog that leaves data of at least asideMin bytes
+// out of b when aside is not nil, noting where it goes instead.
+func appendLogAside(b []byte, e *raft.Log, aside *dataAside) []byte {
 	b = appendUvarint(appendUvarint(b, e.Index), e.Term)
 	b = append(b, byte(e.Type))
-	b = appendBytes(appendBytes(b, e.Data), e.Extensions)
+	if aside != nil && len(e.Data) >= asideMin {
+		b = binary.AppendUvarint(b, uint64(len(e.Data))+1)
+		aside.add(len(b), e.Data)
+	} else {
+		b = appendBytes(b, e.Data)
+	}
+	b = appendBytes(b, e.Extensions)
 	return appendTime(b, e.AppendedAt)
 }
 
 // appendAppendEntriesRequest appends the body of r with its first n
 // entries (n = len(r.Entries) for all of them).
 func appendAppendEntriesRequest(b []byte, r *raft.AppendEntriesRequest, n int) ([]byte, error) {
+	return appendAppendEntriesRequestAside(b, r, n, nil)
+}
+
+// appendAppendEntriesRequestAside is appendAppendEntriesRequest that
+// leaves large entry data aside (appendLogAside).
+func appendAppendEntriesRequestAside(b []byte, r *raft.AppendEntriesRequest, n int, aside *dataAside) ([]byte, error) {
 	b = appendRPCHeader(b, &r.RPCHeader)
 	//lint:ignore SA1019 raft v1.8.0 still sets and reads Leader
 	b = appendBytes(appendUvarint(b, r.Term), r.Leader)
@@ -232,7 +248,7 @@ func appendAppendEntriesRequest(b []byte, r *raft.AppendEntriesRequest, n int) (
 		if e == nil {
 			return b, fmt.Errorf("transport: AppendEntries entry %d is nil", i)
 		}
-		b = appendLog(b, e)
+		b = appendLogAside(b, e, aside)
 	}
 	return b, nil
 }

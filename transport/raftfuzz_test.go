@@ -99,7 +99,7 @@ func FuzzReadRaftFrame(f *testing.F) {
 			}
 			b := appendRaftHeader(nil, fr.kind, fr.group)
 			b = append(b, fr.body...)
-			if err := finishRaftFrame(b, 0, maxSize); err != nil {
+			if err := finishRaftFrame(b, 0, 0, maxSize); err != nil {
 				t.Fatal(err)
 			}
 			if !bytes.Equal(b, in[consumed:consumed+len(b)]) {

@@ -280,6 +280,11 @@ type raftClientConn struct {
 	br     *bufio.Reader
 	// greeted: the preamble was sent. Owned by the sending goroutine.
 	greeted bool
+	// aside, when not nil, collects the large entry data that frames
+	// leave out of their buffers, to write it from where raft has it:
+	// only over plain TCP, where that is one writev (over TLS each buffer
+	// would be a record of its own). Owned by the sending goroutine.
+	aside *dataAside
 }
 
 // Close closes the connection.
@@ -292,6 +297,9 @@ func (m *RaftMux) dial(target raft.ServerAddress) (*raftClientConn, error) {
 		return nil, err
 	}
 	c := &raftClientConn{target: target, conn: conn, br: bufio.NewReaderSize(conn, 4096)}
+	if _, ok := conn.(*net.TCPConn); ok {
+		c.aside = &dataAside{}
+	}
 	if !m.track(c, false) {
 		conn.Close()
 		return nil, raft.ErrTransportShutdown

@@ -395,12 +395,18 @@ func (t *RaftTransport) roundTrip(c *raftClientConn, k raftKind, args, resp any)
 func (t *RaftTransport) send(c *raftClientConn, k raftKind, args any) error {
 	bp := getRaftBuf()
 	defer putRaftBuf(bp)
-	b, err := t.encodeRequest(*bp, c, k, args)
+	b, err := t.encodeRequest(*bp, c, k, args, c.aside)
 	*bp = b
-	if err != nil {
-		return err
+	if a := c.aside; a != nil && len(a.at) > 0 {
+		if err == nil {
+			bufs := a.buffers(b)
+			_, err = bufs.WriteTo(c.conn)
+		}
+		a.reset()
+	} else if err == nil {
+		_, err = c.conn.Write(b)
 	}
-	if _, err := c.conn.Write(b); err != nil {
+	if err != nil {
 		return err
 	}
 	c.greeted = true
@@ -410,8 +416,11 @@ func (t *RaftTransport) send(c *raftClientConn, k raftKind, args any) error {
 
 // encodeRequest appends a request frame to b, after the preamble if c has
 // not sent it yet. An AppendEntries too large for a frame is cut to the
-// leading entries that fit (see AppendEntries).
-func (t *RaftTransport) encodeRequest(b []byte, c *raftClientConn, k raftKind, args any) ([]byte, error) {
+// leading entries that fit (see AppendEntries). With aside not nil, the
+// large data of AppendEntries' entries is left out of b and noted in
+// aside, which the caller must reset once the frame is written (also on
+// an error).
+func (t *RaftTransport) encodeRequest(b []byte, c *raftClientConn, k raftKind, args any, aside *dataAside) ([]byte, error) {
 	if !c.greeted {
 		b = appendRaftPreamble(b)
 	}
@@ -422,14 +431,18 @@ func (t *RaftTransport) encodeRequest(b []byte, c *raftClientConn, k raftKind, a
 		if err := t.fitEntries(ae); err != nil {
 			return b, err
 		}
-		b, err = appendAppendEntriesRequest(b, ae, len(ae.Entries))
+		b, err = appendAppendEntriesRequestAside(b, ae, len(ae.Entries), aside)
 	} else {
 		b, err = appendRequest(b, k, args)
 	}
 	if err != nil {
 		return b, err
 	}
-	return b, finishRaftFrame(b, start, t.cfg.MaxFrameSize)
+	extra := 0
+	if aside != nil {
+		extra = aside.bytes
+	}
+	return b, finishRaftFrame(b, start, extra, t.cfg.MaxFrameSize)
 }
 
 // fitEntries cuts r.Entries to the leading entries whose request fits a
@@ -506,7 +519,7 @@ func (t *RaftTransport) installSnapshot(c *raftClientConn, args *raft.InstallSna
 		c.conn.SetDeadline(time.Now().Add(snapshotTimeout(t.cfg.Timeout, args.Size)))
 	}
 	bp := getRaftBuf()
-	b, err := t.encodeRequest(*bp, c, raftInstallSnapshot, args)
+	b, err := t.encodeRequest(*bp, c, raftInstallSnapshot, args, nil)
 	*bp = b
 	if err != nil {
 		putRaftBuf(bp)

@@ -302,7 +302,7 @@ func (m *RaftMux) writeResponses(conn net.Conn, queue <-chan *raftPending, write
 		b := appendRaftHeader((*bp)[:0], p.kind|raftResponseBit, p.group)
 		b = appendResponse(b, p.kind, r.Response, r.Error)
 		*bp = b
-		if err := finishRaftFrame(b, 0, m.cfg.MaxFrameSize); err != nil {
+		if err := finishRaftFrame(b, 0, 0, m.cfg.MaxFrameSize); err != nil {
 			m.logger.Error("failed to encode a raft response", "kind", p.kind, "error", err)
 			return
 		}

@@ -198,10 +198,11 @@ func appendRaftHeader(b []byte, kind raftKind, group uint64) []byte {
 }
 
 // finishRaftFrame sets the length of the frame that starts at b[start:]
-// and ends at len(b). It fails with ErrFrameTooLarge when the frame is
-// longer than maxSize.
-func finishRaftFrame(b []byte, start, maxSize int) error {
-	n := len(b) - start - raftPrefixSize
+// and ends at len(b), with aside more bytes of it left out of b (entry
+// data written from where it is). It fails with ErrFrameTooLarge when the
+// frame is longer than maxSize.
+func finishRaftFrame(b []byte, start, aside, maxSize int) error {
+	n := len(b) + aside - start - raftPrefixSize
 	if n > maxSize {
 		return fmt.Errorf("%w: %d bytes, limit %d", ErrFrameTooLarge, n, maxSize)
 	}
