@@ -157,18 +157,27 @@ func (h *commitHandler) Stream(context.Context, Op, any, *ServerStream) error { 
 // flight, written by one goroutine that batches its requests and reads
 // the replies, so that the client costs little. One op is one request;
 // writes/req counts the server's write calls per reply. The handler either
-// answers at once (immediate) or as a group commit would (commit).
+// answers at once (immediate) or as a group commit would (commit). The
+// large case sends appends of 64 records of 16 KiB, one at a time, as the
+// Go client packs them.
 func BenchmarkServe(b *testing.B) {
 	for _, kind := range []string{"immediate", "commit"} {
 		for _, inflight := range []int{1, 64} {
 			b.Run(fmt.Sprintf("%s/inflight=%d", kind, inflight), func(b *testing.B) {
-				benchServe(b, kind, inflight)
+				benchServe(b, kind, inflight, benchAppend(1))
 			})
 		}
 	}
+	b.Run("immediate/inflight=1/64x16KiB", func(b *testing.B) {
+		r := benchAppend(0)
+		for i := range 64 {
+			r.Records = append(r.Records, bytes.Repeat([]byte{byte(i)}, 16<<10))
+		}
+		benchServe(b, "immediate", 1, r)
+	})
 }
 
-func benchServe(b *testing.B, kind string, inflight int) {
+func benchServe(b *testing.B, kind string, inflight int, req *AppendRequest) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var h Handler
@@ -208,7 +217,7 @@ func benchServe(b *testing.B, kind string, inflight int) {
 	if cc == nil {
 		b.Fatal(<-served)
 	}
-	body, err := EncodeBody(benchAppend(1))
+	body, err := EncodeBody(req)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -331,6 +331,12 @@ func ReadFrame(r io.Reader, maxSize int) (Frame, error) {
 // hdr of PrefixSize+HeaderSize bytes, so that a loop reading frames does
 // not allocate it for each.
 func readFrame(r io.Reader, hdr []byte, maxSize int) (Frame, error) {
+	return readFrameFrom(r, hdr, maxSize, nil)
+}
+
+// readFrameFrom is readFrame that reads the body of an Append request into
+// a buffer of bodies, when not nil.
+func readFrameFrom(r io.Reader, hdr []byte, maxSize int, bodies *bodyPool) (Frame, error) {
 	if maxSize <= 0 {
 		maxSize = DefaultMaxFrameSize
 	}
@@ -364,7 +370,13 @@ func readFrame(r io.Reader, hdr []byte, maxSize int) (Frame, error) {
 	if uint64(n) > uint64(maxSize) {
 		return f, fmt.Errorf("%w: length %d, limit %d", ErrFrameTooLarge, n, maxSize)
 	}
-	body, err := readBody(r, int(n-HeaderSize))
+	var body []byte
+	var err error
+	if bodies != nil && f.Type == FrameRequest && f.Op == OpAppend {
+		body, err = bodies.read(r, int(n-HeaderSize))
+	} else {
+		body, err = readBody(r, int(n-HeaderSize))
+	}
 	if err != nil {
 		return Frame{}, err
 	}

@@ -24,7 +24,10 @@ type Handler interface {
 	// the connection's Limits. resp must be a pointer to op's response type,
 	// or nil for its zero value. An *Error reaches the client as is; other
 	// errors as Internal, or Canceled and Timeout for context errors. ctx is
-	// cancelled when the client cancels or the connection ends.
+	// cancelled when the client cancels or the connection ends. The byte
+	// slices of an *AppendRequest (its Records) alias a buffer that Serve
+	// reuses for another request once Handle returns: a Handler copies
+	// what it keeps.
 	Handle(ctx context.Context, op Op, req any) (resp any, err error)
 	// Stream serves a streaming request (OpTail) by calling s.Send for each
 	// item until it returns an error or ctx is done. Returning nil ends the
@@ -215,7 +218,7 @@ func (s *serverConn) readLoop(ctx context.Context) error {
 				return err
 			}
 		}
-		f, err := readFrame(s.br, s.hdr[:], s.lim.MaxFrameSize)
+		f, err := readFrameFrom(s.br, s.hdr[:], s.lim.MaxFrameSize, &appendBodies)
 		if err != nil {
 			return s.fatal(f, err)
 		}
@@ -374,6 +377,10 @@ func (s *serverConn) worker(r *serverReq) {
 func (s *serverConn) serve(r *serverReq) {
 	defer r.cancel()
 	resp, err := s.call(r)
+	if r.f.Op == OpAppend {
+		appendBodies.put(r.f.Body) // the handler is done with it (Handler)
+		r.f.Body = nil
+	}
 	r.turn.Pass()
 	var body []byte
 	sp := scratch.Get().(*[]byte)
