@@ -169,6 +169,10 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 			return &transport.AppendResponse{Indexes: idx, Duplicate: true}, nil
 		}
 	}
+	// The commands are copies: req.Records alias a buffer that the
+	// server reuses for another request once this returns
+	// (transport.Handler), while raft keeps the commands.
+	//
 	// Small records' commands share buffers of cmdChunk bytes: a few
 	// allocations per request, not one per record; a large record's
 	// command has its own (one large buffer would be a fresh span from the
