@@ -14,6 +14,10 @@ import (
 // handler serves the client protocol (transport.Handler).
 type handler struct{ n *Node }
 
+// CopiesAppendRecords implements transport.AppendCopier: an append's
+// records are copied into its raft commands (replica.Replica.Append).
+func (h *handler) CopiesAppendRecords() bool { return true }
+
 // Handle implements transport.Handler.
 func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, error) {
 	n := h.n

@@ -413,6 +413,13 @@ type metricsHandler struct {
 	m *nodeMetrics
 }
 
+// CopiesAppendRecords implements transport.AppendCopier for the handler
+// it wraps.
+func (mh metricsHandler) CopiesAppendRecords() bool {
+	c, ok := mh.h.(transport.AppendCopier)
+	return ok && c.CopiesAppendRecords()
+}
+
 func (mh metricsHandler) Handle(ctx context.Context, op transport.Op, req any) (any, error) {
 	start := time.Now()
 	resp, err := mh.h.Handle(ctx, op, req)

@@ -174,3 +174,15 @@ func TestRaftMetricsPeerLabel(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlerCopiesAppendRecords: the handler a node serves clients with,
+// metrics wrapper included, tells transport.Serve that it copies appended
+// records (replica.Replica.Append builds raft commands from copies), so
+// that request bodies are read into reused buffers.
+func TestHandlerCopiesAppendRecords(t *testing.T) {
+	var h transport.Handler = metricsHandler{h: &handler{}}
+	c, ok := h.(transport.AppendCopier)
+	if !ok || !c.CopiesAppendRecords() {
+		t.Fatal("the node's client handler does not say it copies appended records: every append body is a fresh allocation")
+	}
+}

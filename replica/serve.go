@@ -170,8 +170,8 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 		}
 	}
 	// The commands are copies: req.Records alias a buffer that the
-	// server reuses for another request once this returns
-	// (transport.Handler), while raft keeps the commands.
+	// server reuses for another request once this returns (the node's
+	// handler is a transport.AppendCopier), while raft keeps the commands.
 	//
 	// Small records' commands share buffers of cmdChunk bytes: a few
 	// allocations per request, not one per record; a large record's

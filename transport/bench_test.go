@@ -152,6 +152,8 @@ func (h *commitHandler) Handle(ctx context.Context, op Op, req any) (any, error)
 
 func (h *commitHandler) Stream(context.Context, Op, any, *ServerStream) error { return nil }
 
+func (h *commitHandler) CopiesAppendRecords() bool { return true }
+
 // BenchmarkServe measures the server side of the protocol on loopback: one
 // client connection keeps up to inflight appends of one 1 KiB record in
 // flight, written by one goroutine that batches its requests and reads
@@ -184,7 +186,7 @@ func benchServe(b *testing.B, kind string, inflight int, req *AppendRequest) {
 	switch kind {
 	case "immediate":
 		var next atomic.Uint64
-		h = funcHandler{handle: func(ctx context.Context, op Op, req any) (any, error) {
+		h = funcHandler{copies: true, handle: func(ctx context.Context, op Op, req any) (any, error) {
 			return &AppendResponse{Indexes: []uint64{next.Add(1)}}, nil
 		}}
 	case "commit":

@@ -23,7 +23,10 @@ const testTimeout = 20 * time.Second
 type funcHandler struct {
 	handle func(ctx context.Context, op Op, req any) (any, error)
 	stream func(ctx context.Context, op Op, req any, s *ServerStream) error
+	copies bool // what CopiesAppendRecords answers (AppendCopier)
 }
+
+func (h funcHandler) CopiesAppendRecords() bool { return h.copies }
 
 func (h funcHandler) Handle(ctx context.Context, op Op, req any) (any, error) {
 	if h.handle == nil {

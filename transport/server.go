@@ -24,15 +24,24 @@ type Handler interface {
 	// the connection's Limits. resp must be a pointer to op's response type,
 	// or nil for its zero value. An *Error reaches the client as is; other
 	// errors as Internal, or Canceled and Timeout for context errors. ctx is
-	// cancelled when the client cancels or the connection ends. The byte
-	// slices of an *AppendRequest (its Records) alias a buffer that Serve
-	// reuses for another request once Handle returns: a Handler copies
-	// what it keeps.
+	// cancelled when the client cancels or the connection ends. A Handler
+	// may keep the request's byte slices, unless it is an AppendCopier.
 	Handle(ctx context.Context, op Op, req any) (resp any, err error)
 	// Stream serves a streaming request (OpTail) by calling s.Send for each
 	// item until it returns an error or ctx is done. Returning nil ends the
 	// stream normally; an error ends it with an Error frame as for Handle.
 	Stream(ctx context.Context, op Op, req any, s *ServerStream) error
+}
+
+// AppendCopier is implemented by a Handler that keeps nothing of an
+// *AppendRequest's byte slices (its Records) once Handle returns, copying
+// what it needs. Serve then reads the bodies of Append requests into
+// buffers it reuses for later requests (bodypool.go); for any other
+// Handler each body is a fresh slice the Handler may keep.
+type AppendCopier interface {
+	// CopiesAppendRecords reports whether the Handler copies what it
+	// keeps of an AppendRequest's records before Handle returns.
+	CopiesAppendRecords() bool
 }
 
 // RefusalObserver is implemented by a Handler that wants to know of the
@@ -87,6 +96,9 @@ func Serve(ctx context.Context, nc net.Conn, handler Handler, limits Limits) err
 		w:        newFrameWriter(nc, lim.WriteTimeout),
 	}
 	s.obs, _ = handler.(RefusalObserver)
+	if c, ok := handler.(AppendCopier); ok && c.CopiesAppendRecords() {
+		s.bodies = &appendBodies
+	}
 	s.w.limit = lim.MaxFrameSize
 	s.w.onFail = s.writeFailed
 	if tc, ok := nc.(tlsConn); ok {
@@ -166,15 +178,18 @@ func handshake(ctx context.Context, tc tlsConn, timeout time.Duration) (*tls.Con
 // stack. The frame writer coalesces the replies that workers queue at about
 // the same time into one write.
 type serverConn struct {
-	nc   net.Conn                      // immutable
-	h    Handler                       // immutable
-	obs  RefusalObserver               // immutable: h, if it observes refusals, else nil
-	lim  Limits                        // immutable, defaults applied
-	br   *bufio.Reader                 // owned by the read loop
-	hdr  [PrefixSize + HeaderSize]byte // owned by the read loop: frame header scratch
-	wg   sync.WaitGroup                // the workers
-	work chan *serverReq               // unbuffered: hands a request to an idle worker
-	quit chan struct{}                 // closed when the read loop has ended: idle workers exit
+	nc  net.Conn        // immutable
+	h   Handler         // immutable
+	obs RefusalObserver // immutable: h, if it observes refusals, else nil
+	lim Limits          // immutable, defaults applied
+	// bodies keeps Append bodies for reuse when h is an AppendCopier;
+	// nil otherwise. Immutable.
+	bodies *bodyPool
+	br     *bufio.Reader                 // owned by the read loop
+	hdr    [PrefixSize + HeaderSize]byte // owned by the read loop: frame header scratch
+	wg     sync.WaitGroup                // the workers
+	work   chan *serverReq               // unbuffered: hands a request to an idle worker
+	quit   chan struct{}                 // closed when the read loop has ended: idle workers exit
 
 	w *frameWriter // coalesces and serialises frame writes
 
@@ -218,7 +233,7 @@ func (s *serverConn) readLoop(ctx context.Context) error {
 				return err
 			}
 		}
-		f, err := readFrameFrom(s.br, s.hdr[:], s.lim.MaxFrameSize, &appendBodies)
+		f, err := readFrameFrom(s.br, s.hdr[:], s.lim.MaxFrameSize, s.bodies)
 		if err != nil {
 			return s.fatal(f, err)
 		}
@@ -377,8 +392,8 @@ func (s *serverConn) worker(r *serverReq) {
 func (s *serverConn) serve(r *serverReq) {
 	defer r.cancel()
 	resp, err := s.call(r)
-	if r.f.Op == OpAppend {
-		appendBodies.put(r.f.Body) // the handler is done with it (Handler)
+	if s.bodies != nil && r.f.Op == OpAppend {
+		s.bodies.put(r.f.Body) // the handler keeps nothing of it (AppendCopier)
 		r.f.Body = nil
 	}
 	r.turn.Pass()
