@@ -105,14 +105,12 @@ func putHeader(b []byte, h header) {
 
 // encodeRecord writes a complete record for payload, stored at position
 // with timestamp ts in the given epoch, into b, which must hold HeaderSize+len(payload) bytes.
-// It returns the number of bytes written.
+// It returns the number of bytes written. It is gather.record with every
+// byte copied into b.
 func encodeRecord(b []byte, position, ts int64, epoch uint32, payload []byte) int {
-	n := HeaderSize + len(payload)
-	_ = b[n-1]
-	putHeader(b, header{length: uint32(len(payload)), kind: kindRecord, position: position, timestamp: ts, epoch: epoch})
-	copy(b[HeaderSize:n], payload)
-	binary.LittleEndian.PutUint32(b[0:4], crc32.Checksum(b[4:n], castagnoli))
-	return n
+	g := gather{b: b}
+	g.record(0, position, ts, epoch, [][]byte{payload})
+	return HeaderSize + len(payload)
 }
 
 // encodeFiller writes a filler header at position into b; rest is the

@@ -27,6 +27,7 @@ type gather struct {
 // record encodes the record stored at position, at off in the run.
 func (g *gather) record(off, position, ts int64, epoch uint32, parts [][]byte) {
 	n := partsLen(parts)
+	_ = g.b[off+HeaderSize+int64(n)-1] // the run holds the whole record
 	h := g.b[off : off+HeaderSize]
 	putHeader(h, header{length: uint32(n), kind: kindRecord, position: position, timestamp: ts, epoch: epoch})
 	crc := crc32.Update(0, castagnoli, h[4:])
