@@ -231,8 +231,11 @@ func (n *Node) reconcileLoop() {
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
 	for {
+		// The catalog holds every command of the entries applied, and s
+		// is read after: it is at least as recent.
+		applied := n.fsm.Applied.Load()
 		s, changed := n.catalog.Watch()
-		n.reconcile(s)
+		n.reconcile(s, applied >= n.rejoinedAt.Load())
 		select {
 		case <-n.ctx.Done():
 			return
@@ -243,18 +246,26 @@ func (n *Node) reconcileLoop() {
 }
 
 // reconcile starts the replicas s places here and drops those of logs s
-// says are gone.
-func (n *Node) reconcile(s *catalog.State) {
+// says are gone. recent says that s records what the node lost when it
+// last rejoined without its data (rejoinedAt): only then may a replica
+// start empty here, since one that does may vote. A node
+// restarted with a catalog from an older snapshot shows, until it catches
+// up, its replicas as they were before it lost them.
+func (n *Node) reconcile(s *catalog.State, recent bool) {
 	if n.mux == nil {
 		return
 	}
 	held := n.db.Groups()
+	stored := storedLogs(held)
 	for _, l := range s.LogsOf(n.cfg.ID) {
 		if l.ID == catalog.DefaultID || l.State != catalog.LogActive || n.host.hosted(l.ID) != nil || n.host.isDamaged(l.ID) {
 			continue // the default log's replica is n.log, never a second one
 		}
 		if l.Lost(n.cfg.ID) && l.Joining != n.cfg.ID {
 			n.warnLost(l) // started empty once its rebuild begins (moves.go)
+			continue
+		}
+		if !recent && !slices.Contains(stored, l.ID) {
 			continue
 		}
 		switch err := n.startLog(s, l); {
@@ -287,7 +298,7 @@ func (n *Node) reconcile(s *catalog.State) {
 		n.reconfigure(s, h)
 	}
 	n.balanceLeaders(s)
-	for _, id := range append(storedLogs(held), n.leftDirs(held)...) {
+	for _, id := range append(stored, n.leftDirs(held)...) {
 		if n.host.hosted(id) == nil && (gone(id) || movedAway(id)) {
 			n.dropLog(id, nil)
 		}

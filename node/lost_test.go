@@ -153,3 +153,65 @@ func TestLogsPlacedOnANodeStillJoining(t *testing.T) {
 		})
 	}
 }
+
+// A node that rejoined without its data must not start a replica empty
+// from a catalog older than its losses: the old catalog shows the node a
+// member whose replica is whole, and the replica would vote. A restart
+// shows one, restored from a snapshot taken
+// before the loss was recorded, until the node catches up; reconcile is
+// given such a state here directly. Of the log's three replicas, two are
+// down or lost, so its leader cannot demote the lost one and its rebuild
+// cannot begin: the node must run no replica of the log, whatever the
+// catalog it reads.
+func TestRejoinedNodeStartsNoReplicaFromAnOldCatalog(t *testing.T) {
+	c := newTestCluster(t, 5, nil)
+	leader := c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, &client.Options{RetryTimeout: time.Minute})
+	info, err := cl.CreateLog(ctx, "old", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("old"), "old", 10)
+	var victim, other *Node
+	for _, id := range info.Members {
+		switch n := c.nodes[id]; {
+		case n == leader:
+		case victim == nil:
+			victim = n
+		case other == nil:
+			other = n
+		}
+	}
+	if other == nil {
+		t.Fatalf("log old is on %v: no two members other than the default log's leader %s", info.Members, leader.ID())
+	}
+	// Before the loss: the victim is a member whose replica is whole.
+	waitApplied(t, c.nodes, 10*time.Second)
+	staleApplied := victim.fsm.Applied.Load()
+	stale := victim.catalog.State()
+	if l, _ := stale.LogByID(info.ID); l.Lost(victim.ID()) || !slices.Contains(l.Members, victim.ID()) {
+		t.Fatalf("log old before the wipe: %+v", l)
+	}
+
+	id, dir := victim.ID(), victim.cfg.DataDir
+	c.stop(other.ID())
+	c.stop(id)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	back := c.start(id, func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
+	c.waitVoter(back)
+	if back.rejoinedAt.Load() <= staleApplied {
+		t.Fatalf("rejoined at index %d, not after the old catalog's %d", back.rejoinedAt.Load(), staleApplied)
+	}
+	waitForIn(t, 30*time.Second, id+" reads its replica of log old lost", func() bool {
+		l, _ := back.catalog.State().LogByID(info.ID)
+		return l.Lost(id)
+	})
+	back.reconcile(stale, staleApplied >= back.rejoinedAt.Load())
+	if h := back.host.hosted(info.ID); h != nil {
+		t.Fatalf("%s started a replica of log old (voting: %v) from a catalog that predates its loss", id, h.gate.votes())
+	}
+}

@@ -18,6 +18,10 @@ import (
 //
 //	joining        a new member, not yet a voter; holds the index of the entry
 //	               that added it, 0 until known (rejoin.go)
+//	rejoined       the index of the entry that added the node when it last
+//	               joined as a new member; written when it is promoted and
+//	               kept: the node's catalog records what the node lost once
+//	               it has applied that entry (rejoin.go, reconcile)
 //	bootstrapping  started with no raft state and a bootstrap list; has not yet
 //	               learnt whether it founds a new cluster or rejoins one that
 //	               ran without it (bootstrap.go)
@@ -33,6 +37,7 @@ import (
 // the directory synced; removing one syncs the directory too.
 const (
 	joiningFile   = "joining"
+	rejoinedFile  = "rejoined"
 	bootstrapFile = "bootstrapping"
 	removedFile   = "removed"
 )
@@ -89,6 +94,21 @@ func (m *markers) has(name string) (bool, error) {
 // added by the entry at index (0: not known yet).
 func (m *markers) markJoining(index uint64) error {
 	return m.write(joiningFile, []byte(strconv.FormatUint(index, 10)+"\n"))
+}
+
+// rejoinedIndex reads the rejoined marker: the index of the entry that
+// added the node when it last joined as a new member, 0 when it never did
+// (or did under a version that kept no such marker).
+func (m *markers) rejoinedIndex() (uint64, error) {
+	s, ok, err := m.read(rejoinedFile)
+	if !ok || err != nil {
+		return 0, err
+	}
+	idx, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("node: %s: %w", filepath.Join(m.dir, rejoinedFile), err)
+	}
+	return idx, nil
 }
 
 // joiningIndex reads the joining state: whether the node is joining, and

@@ -96,6 +96,10 @@ type Node struct {
 	removed    atomic.Bool   // removed from the cluster (removed.go)
 	voting     chan struct{} // closed once the node votes
 	joinedAt   atomic.Uint64 // index of the entry that added it, 0 if unknown
+	// rejoinedAt is the index of the entry that added the node when it
+	// last joined as a new member (the rejoined marker, or joinedAt while
+	// it joins); 0 if it never did.
+	rejoinedAt atomic.Uint64
 	failOnce   sync.Once
 	failed     chan struct{}
 	failErr    error
@@ -329,9 +333,14 @@ func (n *Node) startRaft() error {
 			deciding = true
 		}
 	}
+	rejoined, err := n.marks.rejoinedIndex()
+	if err != nil {
+		return err
+	}
 	n.joiningNow.Store(joining)
 	n.deciding.Store(deciding)
 	n.joinedAt.Store(added)
+	n.rejoinedAt.Store(max(rejoined, added))
 	n.gate = newVoteGate(tr, false, c.ID, n.wakeOnRefusedVote)
 	if !joining && !deciding {
 		n.startVoting()
@@ -617,6 +626,7 @@ func (n *Node) joinCluster(ctx context.Context, via []string) error {
 					return err
 				}
 				n.joinedAt.Store(idx)
+				n.rejoinedAt.Store(idx)
 				n.cfg.Logger.Info("joined the cluster as a new member; a voter once caught up", "via", addr, "index", idx)
 				return nil
 			}
