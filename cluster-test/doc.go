@@ -65,6 +65,12 @@
 // remove` (the CLI) while a SIGKILL strikes the leader of a log being
 // moved; each log's history is checked as above, and afterwards every
 // log must have its full replica count, all voters, on the nodes left.
+// TestLogRebuildLeaderLoss wipes a member of a named log on three nodes
+// and, once the log's leader has made the rebuilt replica a voter but
+// before the catalog records the rebuild finished (the planner holds moves
+// at their last step: /fault/hold-moves), SIGKILLs that leader: the two
+// left must elect one. TestLogsRemoveNode found it: the rebuilt replica
+// did not vote until the finish, which needs a leader of the log.
 // TestCatalogLeaderCrash SIGKILLs the default log's leader (the
 // catalog's) at the moments a catalog change is half done: right after a
 // log create is acknowledged (the log must then run on all its members

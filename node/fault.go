@@ -30,6 +30,9 @@ import (
 //	POST /fault/disk                           fail every later write and sync with EIO
 //	POST /fault/nospace?on=1|0                 the disk is full (new files and preallocation fail
 //	                                           with ENOSPC, free space reads 0), or no longer
+//	POST /fault/hold-moves?on=1|0              while this node plans (it leads the default log),
+//	                                           it does not record a replica move or rebuild
+//	                                           finished (catalog.FinishMove), or again does
 //
 // A partition is symmetric only if it is set on both sides; the tests set
 // it on every node.
@@ -307,6 +310,12 @@ func (n *Node) faultHandlers(mux *certMux) {
 		n.space.invalidate()
 		n.cfg.Logger.Warn("fault injection: disk full", "on", on)
 		fmt.Fprintf(w, "no space: %v\n", on)
+	})
+	mux.HandleFunc("POST /fault/hold-moves", func(w http.ResponseWriter, r *http.Request) {
+		on := r.URL.Query().Get("on") != "0"
+		n.faults.holdMoves.Store(on)
+		n.cfg.Logger.Warn("fault injection: the planner holds moves before their finish", "on", on)
+		fmt.Fprintf(w, "hold moves: %v\n", on)
 	})
 	mux.HandleFunc("POST /fault/disk", func(w http.ResponseWriter, r *http.Request) {
 		n.faults.fs.fail()

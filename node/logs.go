@@ -247,8 +247,8 @@ func (n *Node) reconcileLoop() {
 
 // reconcile starts the replicas s places here and drops those of logs s
 // says are gone. recent says that s records what the node lost when it
-// last rejoined without its data (rejoinedAt): only then may a replica
-// start empty here, since one that does may vote. A node
+// last rejoined without its data (rejoinedAt): a replica that starts
+// empty here votes (replicaVotes), so only then may one start. A node
 // restarted with a catalog from an older snapshot shows, until it catches
 // up, its replicas as they were before it lost them.
 func (n *Node) reconcile(s *catalog.State, recent bool) {
@@ -293,7 +293,7 @@ func (n *Node) reconcile(s *catalog.State, recent bool) {
 			continue
 		}
 		if l, ok := s.LogByID(h.id); ok {
-			h.gate.allowed.Store(!l.Lost(n.cfg.ID))
+			h.gate.allowed.Store(replicaVotes(l, n.cfg.ID))
 		}
 		n.reconfigure(s, h)
 	}
@@ -376,6 +376,31 @@ func (n *Node) balanceLeaders(s *catalog.State) {
 			n.cfg.Logger.Info("handed a log's leadership to its preferred leader", "log", h.name, "to", want)
 		}()
 	}
+}
+
+// replicaVotes reports whether node id's replica of log l may vote in the
+// log's raft group: unless the catalog records it lost and its rebuild
+// has not begun.
+//
+// A lost replica is one whose node rejoined without its data; its old
+// self acknowledged entries and granted votes it no longer holds. The node
+// runs a lost replica only once its rebuild has begun (reconcile), started
+// empty, and a rebuild begins only once the log's leader has committed a
+// configuration D in which the old replica does not vote (beginRebuild).
+// From then on the new replica may vote, before the catalog records the
+// rebuild finished (that needs a leader of the log, which may need its
+// vote): it behaves as a member whose log lags, which raft allows. An
+// entry committed before D is on a majority of D's voters, who refuse a
+// candidate that lacks it (it lacks D); the others and the new replica are
+// fewer than a majority of any configuration before D. A candidate in a
+// configuration after D holds D, and one that counts the new replica as a
+// voter holds the promotion that made it one. The votes its old self gave
+// in a term cannot elect a second leader of that term: a candidate of it
+// needs a majority whose term is still below or at it, and D's voters are
+// past it, or at it having heard from its leader, which makes them refuse
+// a candidate of that term.
+func replicaVotes(l catalog.Log, id string) bool {
+	return !l.Lost(id) || l.Joining == id
 }
 
 // warnLost logs, once per log, that the node does not start a log whose
@@ -484,10 +509,8 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 	if err != nil {
 		return err
 	}
-	// A lost replica being rebuilt does not vote before it is a voter
-	// again (moves.go): the gate opens once the rebuild is finished.
 	lost := l.Lost(c.ID)
-	gate := newVoteGate(tr, !lost, c.ID, n.wakeOnRefusedVote)
+	gate := newVoteGate(tr, replicaVotes(l, c.ID), c.ID, n.wakeOnRefusedVote)
 	var trans raft.Transport = gate
 	if h := c.hooks; h != nil && h.logTransport != nil {
 		trans = h.logTransport(l.ID, gate)

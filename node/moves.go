@@ -39,8 +39,11 @@ package node
 // leader demotes its old voter to a nonvoter; once that is committed, the
 // planner begins a rebuild (a move of the member to itself), the node
 // starts an empty replica, which the leader promotes once it has caught up
-// past its demotion; the planner then finishes the rebuild, and the node's
-// replica votes again (its vote gate stays closed until then).
+// past its demotion; the planner then finishes the rebuild. The new
+// replica votes from its start (replicaVotes says why that is safe once
+// the demotion is committed): were it to wait for the finish, a log whose
+// leader died after the promotion would have no leader, the finish
+// needing one and the election its vote.
 //
 // The states a log's raft configuration goes through, and what the next
 // round does from each when a leader (the default log's or the log's)
@@ -184,6 +187,9 @@ func (n *Node) plan(ctx context.Context) error {
 			continue
 		}
 		if r := role(d, l.Leaving); l.Rebuilding() || r == transport.RolePending || r == "" {
+			if n.faults.holdMoves.Load() {
+				continue // fault injection: the move stays at its last step
+			}
 			if err := n.commitCatalog(ctx, &catalog.FinishMove{ID: l.ID, Version: l.Version}); err != nil {
 				return err
 			}

@@ -86,6 +86,8 @@ type Node struct {
 	faults struct {
 		layer *faultLayer
 		fs    *faultFS
+		// holdMoves keeps the planner from finishing moves (fault.go).
+		holdMoves atomic.Bool
 	}
 	marks   *markers                  // the data dir's marker files
 	probes  *probeLayer               // answers and sends probes (probe.go)
