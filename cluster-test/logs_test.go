@@ -272,19 +272,10 @@ func (c *cluster) waitRebuilt(ctx context.Context, m *member, timeout time.Durat
 				why = "describing the log: " + err.Error()
 				return false, nil
 			}
-			if d.ConfigIndex == 0 || d.ConfigIndex > d.CommitIndex {
-				why = fmt.Sprintf("the leader's configuration (index %d) is not committed (commit index %d)", d.ConfigIndex, d.CommitIndex)
-				return false, nil
-			}
-			for _, dm := range d.Members {
-				if dm.NodeID == m.id {
-					why = fmt.Sprintf("%s is a %s of the log", m.id, dm.Role)
-					commit = d.CommitIndex
-					return dm.Role == transport.RoleFollower || dm.Role == transport.RoleLeader, nil
-				}
-			}
-			why = fmt.Sprintf("%s is not a member of the log", m.id)
-			return false, nil
+			var ok bool
+			ok, why = committedVoter(d, m.id)
+			commit = d.CommitIndex
+			return ok, nil
 		})
 		if err != nil {
 			return 0, fmt.Errorf("%s's replica of log %s not rebuilt within %v (%s): %w", m.id, name, timeout, why, err)
@@ -294,6 +285,20 @@ func (c *cluster) waitRebuilt(ctx context.Context, m *member, timeout time.Durat
 		}
 	}
 	return len(names), nil
+}
+
+// committedVoter reports whether d, a log leader's description, shows
+// node id a voter in a committed configuration, and if not, why.
+func committedVoter(d *transport.DescribeLogResponse, id string) (bool, string) {
+	if d.ConfigIndex == 0 || d.ConfigIndex > d.CommitIndex {
+		return false, fmt.Sprintf("the leader's configuration (index %d) is not committed (commit index %d)", d.ConfigIndex, d.CommitIndex)
+	}
+	for _, dm := range d.Members {
+		if dm.NodeID == id {
+			return dm.Role == transport.RoleFollower || dm.Role == transport.RoleLeader, fmt.Sprintf("%s is a %s of the log", id, dm.Role)
+		}
+	}
+	return false, fmt.Sprintf("%s is not a member of the log", id)
 }
 
 // leads returns the logs, the default one included (as

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/raftlog/raftlog/client"
-	"github.com/raftlog/raftlog/transport"
 )
 
 // TestLogRebuildLeaderLoss: a log must keep working when its leader dies
@@ -46,18 +45,7 @@ func TestLogRebuildLeaderLoss(t *testing.T) {
 		}
 	}
 	rec := newRecorder()
-	const duration = 20 * time.Second
-	w, named, err := startWorkloads(ctx, c, rec, workloadConfig{
-		duration: duration, retryAppenders: 1, onceAppenders: 1, readers: 1, tail: true,
-		opsPerWorker: 150, think: duration / 150,
-	}, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.stop()
-	for _, nw := range named {
-		defer nw.stop()
-	}
+	w, named := startLightWorkloads(ctx, t, c, rec, seed)
 
 	lead, err := c.leader(ctx, healthyTimeout)
 	if err != nil {
@@ -173,18 +161,9 @@ func (c *cluster) waitRebuiltVoter(ctx context.Context, name string, m *member, 
 			why = err.Error()
 			return false, nil
 		}
-		if d.ConfigIndex == 0 || d.ConfigIndex > d.CommitIndex {
-			why = fmt.Sprintf("configuration index %d, commit index %d", d.ConfigIndex, d.CommitIndex)
-			return false, nil
-		}
-		for _, dm := range d.Members {
-			if dm.NodeID == m.id {
-				why = fmt.Sprintf("%s is a %s", m.id, dm.Role)
-				return dm.Role == transport.RoleFollower || dm.Role == transport.RoleLeader, nil
-			}
-		}
-		why = m.id + " is not listed"
-		return false, nil
+		var ok bool
+		ok, why = committedVoter(d, m.id)
+		return ok, nil
 	})
 	if err != nil {
 		return fmt.Errorf("%s's replica of log %s was not made a voter within %v (%s): %w", m.id, name, timeout, why, err)

@@ -63,18 +63,7 @@ func TestLogsRemoveNode(t *testing.T) {
 	}
 
 	rec := newRecorder()
-	const duration = 20 * time.Second
-	w, named, err := startWorkloads(ctx, c, rec, workloadConfig{
-		duration: duration, retryAppenders: 1, onceAppenders: 1, readers: 1, tail: true,
-		opsPerWorker: 150, think: duration / 150,
-	}, seed)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer w.stop()
-	for _, nw := range named {
-		defer nw.stop()
-	}
+	w, named := startLightWorkloads(ctx, t, c, rec, seed)
 	// Let every log take appends before the removal.
 	if err := poll(ctx, 30*time.Second, func() (bool, error) {
 		h := rec.snapshot()

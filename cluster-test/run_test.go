@@ -226,6 +226,30 @@ func runCluster(t *testing.T, rc runConfig) runStats {
 	})
 }
 
+// startLightWorkloads starts, for the 20 s of a test that moves
+// replicas, a light workload on the default log and on each named log of c
+// (startWorkloads): a retrying and a one-shot appender, a reader and a
+// tail each. They stop when the test ends, if verify has not waited for
+// them.
+func startLightWorkloads(ctx context.Context, t *testing.T, c *cluster, rec *recorder, seed uint64) (*workload, []*workload) {
+	t.Helper()
+	const duration = 20 * time.Second
+	w, named, err := startWorkloads(ctx, c, rec, workloadConfig{
+		duration: duration, retryAppenders: 1, onceAppenders: 1, readers: 1, tail: true,
+		opsPerWorker: 150, think: duration / 150,
+	}, seed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		w.stop()
+		for _, nw := range named {
+			nw.stop()
+		}
+	})
+	return w, named
+}
+
 // startWorkloads starts a workload shaped by cfg on the default log and
 // one on each named log of c (c.logs), each with a seed of its own
 // derived from seed.
