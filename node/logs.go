@@ -799,9 +799,10 @@ func (n *Node) defaultLogInfo() transport.LogInfo {
 	return info
 }
 
-// describeLog serves DescribeLog on the log's leader; another node answers
-// NotLeader naming the leader or a member, unless the request is Local
-// and the node holds a replica of the log: it then describes its own.
+// describeLog serves DescribeLog on the log's leader, once it has
+// confirmed that it leads; another node answers NotLeader naming the
+// leader or a member, unless the request is Local and the node holds a
+// replica of the log: it then describes its own.
 func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogRequest) (*transport.DescribeLogResponse, error) {
 	var (
 		info  transport.LogInfo
@@ -829,7 +830,12 @@ func (n *Node) describeLog(ctx context.Context, req *transport.DescribeLogReques
 	if req.Local {
 		return describe(info, hosts, r, n.catalog.State()), nil
 	}
-	if _, err := r.Leading(ctx); err != nil {
+	// A leader cut off from its followers leads on, unaware, until its
+	// lease runs out, and would describe what it last knew: a stale
+	// configuration, shown committed. The replica planner acts on what a
+	// description shows committed (moves.go), so the leader first confirms
+	// with a quorum that it still leads (Linearize).
+	if _, err := r.Linearize(ctx); err != nil {
 		return nil, err
 	}
 	return describe(info, hosts, r, n.catalog.State()), nil

@@ -63,7 +63,9 @@ package node
 //	rebuild begun, member a voter        the planner finishes it
 //
 // The planner acts only on configurations the log's leader has committed,
-// so a crash cannot take back a step it saw.
+// so a crash cannot take back a step it saw, and only on descriptions by a
+// leader that has just confirmed with a quorum that it leads, so a leader
+// cut off from its followers cannot show it one it no longer holds.
 
 import (
 	"context"
@@ -285,7 +287,11 @@ func role(d *transport.DescribeLogResponse, id string) string {
 // hosts and following one NotLeader.
 func (n *Node) describeAnywhere(ctx context.Context, l catalog.Log) (*transport.DescribeLogResponse, error) {
 	if h := n.host.hosted(l.ID); h != nil && h.r.IsLeader() {
-		return describe(logInfo(l), l.Hosts(), h.r, n.catalog.State()), nil
+		// Confirmed, as describeLog does: a leader cut off from its
+		// followers would describe a stale configuration.
+		if _, err := h.r.Linearize(ctx); err == nil {
+			return describe(logInfo(l), l.Hosts(), h.r, n.catalog.State()), nil
+		}
 	}
 	s := n.catalog.State()
 	var last error

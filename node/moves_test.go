@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -337,4 +338,50 @@ func newestConfigEntry(t *testing.T, h *hostedLog) uint64 {
 		}
 	}
 	return 0
+}
+
+// A log's leader cut off from its followers leads on, unaware, until its
+// lease runs out. It must not describe the log meanwhile as its leader:
+// the replica planner acts on the configuration a description shows
+// committed, and this one's may be stale. Asked at once, over the client
+// port (which the cut leaves open), it answers NotLeader, and the planner's
+// describeAnywhere on it does not return its own description.
+func TestCutOffLeaderDoesNotDescribe(t *testing.T) {
+	c := newTestCluster(t, 3, func(cfg *Config) { cfg.FaultInjection = true })
+	c.waitLeader()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cl := clusterClient(t, c, nil)
+	info, err := cl.CreateLog(ctx, "x", client.CreateLogOptions{Replicas: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLog(t, ctx, cl.Log("x"), "x", 5)
+	var lead *Node
+	waitFor(t, "a leader of log x", func() bool { lead = logLeader(c, info.ID); return lead != nil })
+	l, _ := lead.catalog.State().LogByID(info.ID)
+	heal := c.partitionFrom(lead)
+	defer heal()
+	// Both at once, while it still believes it leads.
+	var (
+		wg                sync.WaitGroup
+		direct, anywhere  *transport.DescribeLogResponse
+		directErr, anyErr error
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		direct, directErr = lead.describeLog(ctx, &transport.DescribeLogRequest{Name: "x"})
+	}()
+	go func() {
+		defer wg.Done()
+		anywhere, anyErr = lead.describeAnywhere(ctx, l)
+	}()
+	wg.Wait()
+	if directErr == nil {
+		t.Errorf("%s, cut off, described log x as its leader: leader %s, members %+v", lead.ID(), direct.Log.LeaderID, direct.Members)
+	}
+	if anyErr == nil && anywhere.Log.LeaderID == lead.ID() {
+		t.Errorf("%s, cut off, planned from its own description of log x: members %+v", lead.ID(), anywhere.Members)
+	}
 }

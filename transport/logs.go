@@ -176,9 +176,11 @@ type ListLogsResponse struct {
 }
 
 // DescribeLogRequest describes one log: its catalog record, and how its
-// raft group stands. The log's leader knows the group best; another node
-// answers NotLeader naming it (or a member of the log), or, if it cannot
-// find one, what it knows itself. An unknown name gets NotFound naming it.
+// raft group stands. The log's leader knows the group best (raftlog's
+// nodes answer as its leader once a quorum has confirmed that they lead
+// it); another node answers NotLeader naming it (or a member of the log),
+// or, if it cannot find one, what it knows itself. An unknown name gets
+// NotFound naming it.
 type DescribeLogRequest struct {
 	// Name names the log; empty for the default log.
 	Name string `msgpack:"name,omitempty"`
