@@ -211,4 +211,11 @@ func TestRejoinedNodeStartsNoReplicaFromAnOldCatalog(t *testing.T) {
 	if h := back.host.hosted(info.ID); h != nil {
 		t.Fatalf("%s started a replica of log old (voting: %v) from a catalog that predates its loss", id, h.gate.votes())
 	}
+	// The index survives a restart: a restarted node's catalog is its
+	// last snapshot's until it catches up.
+	rejoined := back.rejoinedAt.Load()
+	c.stop(id)
+	if again := c.start(id, nil); again.rejoinedAt.Load() != rejoined {
+		t.Fatalf("%s restarted knowing it rejoined at index %d, not %d", id, again.rejoinedAt.Load(), rejoined)
+	}
 }

@@ -96,6 +96,12 @@ func (m *markers) markJoining(index uint64) error {
 	return m.write(joiningFile, []byte(strconv.FormatUint(index, 10)+"\n"))
 }
 
+// markRejoined records index, the index of the entry that added the node
+// as a new member, once the node is promoted (the rejoined marker).
+func (m *markers) markRejoined(index uint64) error {
+	return m.write(rejoinedFile, []byte(strconv.FormatUint(index, 10)+"\n"))
+}
+
 // rejoinedIndex reads the rejoined marker: the index of the entry that
 // added the node when it last joined as a new member, 0 when it never did
 // (or did under a version that kept no such marker).

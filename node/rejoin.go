@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -271,7 +270,7 @@ func (n *Node) promoteLoop() {
 			n.rejoinedAt.Store(added)
 		}
 		if suffrage == raft.Voter && added != 0 && n.raft.LastIndex() >= added {
-			if err := n.marks.write(rejoinedFile, []byte(strconv.FormatUint(added, 10)+"\n")); err != nil {
+			if err := n.marks.markRejoined(added); err != nil {
 				n.cfg.Logger.Error("recording the rejoined state", "error", err)
 				continue
 			}
