@@ -92,41 +92,38 @@ func (m *markers) has(name string) (bool, error) {
 
 // markJoining records that the node is a new member not yet promoted,
 // added by the entry at index (0: not known yet).
-func (m *markers) markJoining(index uint64) error {
-	return m.write(joiningFile, []byte(strconv.FormatUint(index, 10)+"\n"))
-}
+func (m *markers) markJoining(index uint64) error { return m.writeIndex(joiningFile, index) }
 
 // markRejoined records index, the index of the entry that added the node
 // as a new member, once the node is promoted (the rejoined marker).
-func (m *markers) markRejoined(index uint64) error {
-	return m.write(rejoinedFile, []byte(strconv.FormatUint(index, 10)+"\n"))
-}
+func (m *markers) markRejoined(index uint64) error { return m.writeIndex(rejoinedFile, index) }
 
 // rejoinedIndex reads the rejoined marker: the index of the entry that
 // added the node when it last joined as a new member, 0 when it never did
 // (or did under a version that kept no such marker).
 func (m *markers) rejoinedIndex() (uint64, error) {
-	s, ok, err := m.read(rejoinedFile)
-	if !ok || err != nil {
-		return 0, err
-	}
-	idx, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("node: %s: %w", filepath.Join(m.dir, rejoinedFile), err)
-	}
-	return idx, nil
+	_, idx, err := m.readIndex(rejoinedFile)
+	return idx, err
 }
 
 // joiningIndex reads the joining state: whether the node is joining, and
 // the index of the entry that added it (0 if not known).
-func (m *markers) joiningIndex() (bool, uint64, error) {
-	s, ok, err := m.read(joiningFile)
+func (m *markers) joiningIndex() (bool, uint64, error) { return m.readIndex(joiningFile) }
+
+// writeIndex replaces marker name with index, durably.
+func (m *markers) writeIndex(name string, index uint64) error {
+	return m.write(name, []byte(strconv.FormatUint(index, 10)+"\n"))
+}
+
+// readIndex reads marker name, an index: whether it exists, and the index.
+func (m *markers) readIndex(name string) (bool, uint64, error) {
+	s, ok, err := m.read(name)
 	if !ok || err != nil {
 		return false, 0, err
 	}
 	idx, err := strconv.ParseUint(strings.TrimSpace(s), 10, 64)
 	if err != nil {
-		return false, 0, fmt.Errorf("node: %s: %w", filepath.Join(m.dir, joiningFile), err)
+		return false, 0, fmt.Errorf("node: %s: %w", filepath.Join(m.dir, name), err)
 	}
 	return true, idx, nil
 }
