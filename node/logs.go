@@ -235,7 +235,7 @@ func (n *Node) reconcileLoop() {
 		// is read after: it is at least as recent.
 		applied := n.fsm.Applied.Load()
 		s, changed := n.catalog.Watch()
-		n.reconcile(s, applied >= n.rejoinedAt.Load())
+		n.reconcile(s, applied >= n.joinedAt.Load())
 		select {
 		case <-n.ctx.Done():
 			return
@@ -247,7 +247,7 @@ func (n *Node) reconcileLoop() {
 
 // reconcile starts the replicas s places here and drops those of logs s
 // says are gone. recent says that s records what the node lost when it
-// last rejoined without its data (rejoinedAt): a replica that starts
+// last rejoined without its data (joinedAt): a replica that starts
 // empty here votes (replicaVotes), so only then may one start. A node
 // restarted with a catalog from an older snapshot shows, until it catches
 // up, its replicas as they were before it lost them.

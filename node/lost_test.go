@@ -200,22 +200,22 @@ func TestRejoinedNodeStartsNoReplicaFromAnOldCatalog(t *testing.T) {
 	}
 	back := c.start(id, func(cfg *Config) { cfg.Join = []string{leader.ClientAddr()} })
 	c.waitVoter(back)
-	if back.rejoinedAt.Load() <= staleApplied {
-		t.Fatalf("rejoined at index %d, not after the old catalog's %d", back.rejoinedAt.Load(), staleApplied)
+	if back.joinedAt.Load() <= staleApplied {
+		t.Fatalf("rejoined at index %d, not after the old catalog's %d", back.joinedAt.Load(), staleApplied)
 	}
 	waitForIn(t, 30*time.Second, id+" reads its replica of log old lost", func() bool {
 		l, _ := back.catalog.State().LogByID(info.ID)
 		return l.Lost(id)
 	})
-	back.reconcile(stale, staleApplied >= back.rejoinedAt.Load())
+	back.reconcile(stale, staleApplied >= back.joinedAt.Load())
 	if h := back.host.hosted(info.ID); h != nil {
 		t.Fatalf("%s started a replica of log old (voting: %v) from a catalog that predates its loss", id, h.gate.votes())
 	}
 	// The index survives a restart: a restarted node's catalog is its
 	// last snapshot's until it catches up.
-	rejoined := back.rejoinedAt.Load()
+	rejoined := back.joinedAt.Load()
 	c.stop(id)
-	if again := c.start(id, nil); again.rejoinedAt.Load() != rejoined {
-		t.Fatalf("%s restarted knowing it rejoined at index %d, not %d", id, again.rejoinedAt.Load(), rejoined)
+	if again := c.start(id, nil); again.joinedAt.Load() != rejoined {
+		t.Fatalf("%s restarted knowing it rejoined at index %d, not %d", id, again.joinedAt.Load(), rejoined)
 	}
 }

@@ -97,14 +97,13 @@ type Node struct {
 	joiningNow atomic.Bool   // a new member, not yet promoted (rejoin.go)
 	removed    atomic.Bool   // removed from the cluster (removed.go)
 	voting     chan struct{} // closed once the node votes
-	joinedAt   atomic.Uint64 // index of the entry that added it, 0 if unknown
-	// rejoinedAt is the index of the entry that added the node when it
-	// last joined as a new member (the rejoined marker, or joinedAt while
-	// it joins); 0 if it never did.
-	rejoinedAt atomic.Uint64
-	failOnce   sync.Once
-	failed     chan struct{}
-	failErr    error
+	// joinedAt is the index of the entry that added the node when it last
+	// joined as a new member: the joining marker's while it joins (0 until
+	// known), the rejoined marker's once promoted (0 if it never joined so).
+	joinedAt atomic.Uint64
+	failOnce sync.Once
+	failed   chan struct{}
+	failErr  error
 	// peerLosses: lost raft connections, for the leader-gone watch
 	// (peerloss.go, leadergone.go).
 	peerLosses *peerLosses
@@ -335,14 +334,14 @@ func (n *Node) startRaft() error {
 			deciding = true
 		}
 	}
-	rejoined, err := n.marks.rejoinedIndex()
-	if err != nil {
-		return err
+	if !joining {
+		if added, err = n.marks.rejoinedIndex(); err != nil {
+			return err
+		}
 	}
 	n.joiningNow.Store(joining)
 	n.deciding.Store(deciding)
 	n.joinedAt.Store(added)
-	n.rejoinedAt.Store(max(rejoined, added))
 	n.gate = newVoteGate(tr, false, c.ID, n.wakeOnRefusedVote)
 	if !joining && !deciding {
 		n.startVoting()
@@ -628,7 +627,6 @@ func (n *Node) joinCluster(ctx context.Context, via []string) error {
 					return err
 				}
 				n.joinedAt.Store(idx)
-				n.rejoinedAt.Store(idx)
 				n.cfg.Logger.Info("joined the cluster as a new member; a voter once caught up", "via", addr, "index", idx)
 				return nil
 			}

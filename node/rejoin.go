@@ -267,14 +267,12 @@ func (n *Node) promoteLoop() {
 				continue
 			}
 			n.joinedAt.Store(added)
-			n.rejoinedAt.Store(added)
 		}
 		if suffrage == raft.Voter && added != 0 && n.raft.LastIndex() >= added {
 			if err := n.marks.markRejoined(added); err != nil {
 				n.cfg.Logger.Error("recording the rejoined state", "error", err)
 				continue
 			}
-			n.rejoinedAt.Store(added)
 			if err := n.marks.remove(joiningFile); err != nil {
 				n.cfg.Logger.Error("forgetting the joining state", "error", err)
 				continue
