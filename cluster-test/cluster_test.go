@@ -640,12 +640,16 @@ func (m *member) partition(from []*member) error {
 
 // noSpace makes m's disk full (new files and preallocation fail with
 // ENOSPC, free space reads 0) or no longer full.
-func (m *member) noSpace(on bool) error {
+func (m *member) noSpace(on bool) error { return m.faultSwitch("nospace", on) }
+
+// faultSwitch turns m's fault-injection switch name (POST
+// /fault/<name>?on=1|0) on or off.
+func (m *member) faultSwitch(name string, on bool) error {
 	v := "0"
 	if on {
 		v = "1"
 	}
-	_, err := m.admin(http.MethodPost, "/fault/nospace?on="+v)
+	_, err := m.admin(http.MethodPost, "/fault/"+name+"?on="+v)
 	return err
 }
 

@@ -3,7 +3,6 @@ package clustertest
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"testing"
 	"time"
 
@@ -137,14 +136,7 @@ func TestLogRebuildLeaderLoss(t *testing.T) {
 
 // holdMoves makes m's planner hold every move at its last step (on), or
 // finish them again.
-func (m *member) holdMoves(on bool) error {
-	v := "0"
-	if on {
-		v = "1"
-	}
-	_, err := m.admin(http.MethodPost, "/fault/hold-moves?on="+v)
-	return err
-}
+func (m *member) holdMoves(on bool) error { return m.faultSwitch("hold-moves", on) }
 
 // waitRebuiltVoter waits until the leader of log name describes m as a
 // voter in a committed configuration.
