@@ -41,6 +41,12 @@ type failoverRep struct {
 	// to the first append of the log acknowledged after the process had
 	// exited.
 	Gaps map[string]float64 `json:"gaps_s"`
+	// ExitSeconds is from the SIGKILL until the process was reaped. Its
+	// sockets close only as it exits, after the kernel has torn down its
+	// memory and every thread has left its system call (an fdatasync
+	// under way finishes first): until then nothing tells its peers it is
+	// gone, and the longer the busier the machine.
+	ExitSeconds float64 `json:"exit_s"`
 	// OthersMaxGap is the longest gap of the logs the victim did not
 	// lead (their pace and any stall a neighbour's failover caused).
 	OthersMaxGap float64 `json:"others_max_gap_s"`
@@ -56,6 +62,10 @@ func (r *failoverRep) worst() float64 {
 	}
 	return w
 }
+
+// worstAfterExit returns the longest gap of the affected logs counted
+// from the process's exit: the part the survivors and the clients take.
+func (r *failoverRep) worstAfterExit() float64 { return r.worst() - r.ExitSeconds }
 
 // failoverResult is one failover setup: the default log alone, or named
 // logs beside it.
@@ -75,6 +85,26 @@ func (f *failoverResult) medianWorst() float64 {
 	var xs []float64
 	for i := range f.Reps {
 		xs = append(xs, f.Reps[i].worst())
+	}
+	return median(xs)
+}
+
+// medianWorstAfterExit returns the median over the repetitions of the
+// longest affected gap counted from the process's exit.
+func (f *failoverResult) medianWorstAfterExit() float64 {
+	var xs []float64
+	for i := range f.Reps {
+		xs = append(xs, f.Reps[i].worstAfterExit())
+	}
+	return median(xs)
+}
+
+// medianExit returns the median over the repetitions of the time the
+// killed process took to exit.
+func (f *failoverResult) medianExit() float64 {
+	var xs []float64
+	for i := range f.Reps {
+		xs = append(xs, f.Reps[i].ExitSeconds)
 	}
 	return median(xs)
 }
@@ -281,6 +311,7 @@ func runFailover(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 		}
 		<-victim.proc.exited
 		tDead := time.Now()
+		r.ExitSeconds = tDead.Sub(tKill).Seconds()
 		e.procs.forget(victim.proc)
 		if err := waitAcks(ctx, loaders, tDead, failoverRecovery); err != nil {
 			return res, fmt.Errorf("after SIGKILL of %s: %w", victim.id, err)
@@ -310,8 +341,8 @@ func runFailover(ctx context.Context, cfg *logsConfig, e *clusterEnv, base strin
 		if n > 0 {
 			others = "; longest gap of the others " + fmtSeconds(r.OthersMaxGap)
 		}
-		fmt.Fprintf(e.progress, "  %d/%d: SIGKILL %s, leading %s%s; leaders spread again %s after the restart\n",
-			rep+1, cfg.failoverReps, victim.id, describeGaps(r.Gaps), others, fmtSeconds(r.BackSeconds))
+		fmt.Fprintf(e.progress, "  %d/%d: SIGKILL %s (exited after %s), leading %s%s; leaders spread again %s after the restart\n",
+			rep+1, cfg.failoverReps, victim.id, fmtSeconds(r.ExitSeconds), describeGaps(r.Gaps), others, fmtSeconds(r.BackSeconds))
 	}
 
 	stopped = true

@@ -176,17 +176,21 @@ func (r *logsReport) printFailovers(out io.Writer) {
 		"one `client.Client` per log, one synchronous `Append` at a time, at most one per %v (the resolution of a gap). "+
 		"Each repetition SIGKILLs a node leading at least 2 of the named logs (the default log's leader when it is alone), "+
 		"in turn by node id, after the load has run %v with the leaders spread; an affected log is one the node led. Gap: from the SIGKILL to the first append of the log "+
-		"acknowledged after the process exited. The node is then restarted on its data and the next repetition waits "+
+		"acknowledged after the process exited. Exit: from the SIGKILL until the process was reaped; its peers can tell "+
+		"it is gone only then, when its sockets close (the kernel first tears down its memory and lets every thread "+
+		"finish its system call, an fdatasync under way included), and the busier the machine the longer that takes. "+
+		"The node is then restarted on its data and the next repetition waits "+
 		"until the leaders are spread again. Every acknowledged record is read back at the end.\n\n", failoverPace, failoverSettle)
-	var single float64
-	writeRow(out, []string{"setup", "repetitions", "longest affected gap: median", "÷ single log", "every affected gap: median, max",
+	var single, singleAfter float64
+	writeRow(out, []string{"setup", "repetitions", "longest affected gap: median", "÷ single log", "exit: median",
+		"longest affected gap after the exit: median", "÷ single log", "every affected gap: median, max",
 		"per affected log: median over its repetitions", "the others' longest gap: median", "acked", "read back"})
-	writeRow(out, slices.Repeat([]string{"---"}, 9))
+	writeRow(out, slices.Repeat([]string{"---"}, 12))
 	for _, f := range r.failovers {
-		w := f.medianWorst()
+		w, wa := f.medianWorst(), f.medianWorstAfterExit()
 		title := cellTitle(f.Logs) + " and the default log"
 		if f.Logs == 0 {
-			single = w
+			single, singleAfter = w, wa
 			title = "default log alone"
 		}
 		all := f.allGaps()
@@ -199,19 +203,19 @@ func (r *logsReport) printFailovers(out io.Writer) {
 			othersCell = fmtSeconds(median(others))
 		}
 		writeRow(out, []string{title, fmt.Sprint(len(f.Reps)), fmtSeconds(w), fmtRatio(w / single),
-			fmtSeconds(median(all)) + ", " + fmtSeconds(slices.Max(append(all, 0))),
+			fmtSeconds(f.medianExit()), fmtSeconds(wa), fmtRatio(wa / singleAfter), fmtSeconds(median(all)) + ", " + fmtSeconds(slices.Max(append(all, 0))),
 			perLogMedians(f), othersCell, fmtCount(float64(f.Acked)), fmtCount(float64(f.ReadBack))})
 	}
 	fmt.Fprintln(out)
-	writeRow(out, []string{"setup", "repetition", "killed", "affected logs: gap", "the others' longest gap", "leaders spread again after the restart"})
-	writeRow(out, slices.Repeat([]string{"---"}, 6))
+	writeRow(out, []string{"setup", "repetition", "killed", "exit", "affected logs: gap", "the others' longest gap", "leaders spread again after the restart"})
+	writeRow(out, slices.Repeat([]string{"---"}, 7))
 	for _, f := range r.failovers {
 		for _, rep := range f.Reps {
 			others := "-"
 			if f.Logs > 0 {
 				others = fmtSeconds(rep.OthersMaxGap)
 			}
-			writeRow(out, []string{cellTitle(f.Logs), fmt.Sprint(rep.Rep), rep.Victim, describeGaps(rep.Gaps),
+			writeRow(out, []string{cellTitle(f.Logs), fmt.Sprint(rep.Rep), rep.Victim, fmtSeconds(rep.ExitSeconds), describeGaps(rep.Gaps),
 				others, fmtSeconds(rep.BackSeconds)})
 		}
 	}
