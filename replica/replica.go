@@ -117,6 +117,9 @@ type Replica struct {
 
 	lmu   sync.Mutex
 	stint *Stint // guarded by lmu; nil when not leader
+	// news announces a new leader heard of, or a stint begun
+	// (leadernews.go).
+	news leaderNews
 
 	// applyMu is held for reading around each raft.Apply, and for writing
 	// when draining is set (Drain).
@@ -239,9 +242,12 @@ func (r *Replica) Start(trans raft.Transport) error {
 	}
 	r.cache = logs
 	r.raft = rf
-	r.wg.Add(2)
+	obs := make(chan raft.Observation, 4)
+	rf.RegisterObserver(raft.NewObserver(obs, false, isLeaderObservation))
+	r.wg.Add(3)
 	go r.watchLeadership()
 	go r.snapshotLoop()
+	go r.watchLeaderNews(obs)
 	return nil
 }
 

@@ -103,17 +103,23 @@ func (r *Replica) Leading(ctx context.Context) (*Stint, error) {
 // cmdChunk is the size of the buffers small records' commands share.
 const cmdChunk = 32 << 10
 
-// awaitPoll is how often awaitLeader looks at raft's leader.
-const awaitPoll = 5 * time.Millisecond
+// awaitPoll is how often awaitLeader looks at raft's leader besides the
+// news of one: a leader that was only late sends no news. A variable for
+// tests.
+var awaitPoll = 5 * time.Millisecond
 
 // awaitLeader waits while the replica knows no live leader (Leading), for
 // up to two heartbeat timeouts and an election timeout, until ctx ends or
 // the replica stops; it returns the replica's stint if it begins one
-// meanwhile.
+// meanwhile. It wakes at the news of a leader (leadernews.go): a leader
+// other than the one known when the wait began, heard from just now, is
+// live.
 func (r *Replica) awaitLeader(ctx context.Context) *Stint {
+	news := r.news.next()
 	if r.liveLeader() {
 		return nil
 	}
+	_, known := r.raft.LeaderWithID()
 	rc := r.raft.ReloadableConfig()
 	limit := time.NewTimer(2*rc.HeartbeatTimeout + rc.ElectionTimeout)
 	defer limit.Stop()
@@ -128,11 +134,16 @@ func (r *Replica) awaitLeader(ctx context.Context) *Stint {
 		case <-limit.C:
 			return nil
 		case <-tick.C:
+		case <-news:
+			news = r.news.next()
 		}
 		if s := r.Stint(); s != nil {
 			return s
 		}
 		if r.liveLeader() {
+			return nil
+		}
+		if _, id := r.raft.LeaderWithID(); id != "" && id != known && string(id) != r.cfg.NodeID {
 			return nil
 		}
 	}

@@ -81,6 +81,7 @@ func (r *Replica) beginStint() {
 	r.lmu.Lock()
 	r.stint = s
 	r.lmu.Unlock()
+	r.news.announce()
 	r.wg.Add(1)
 	go r.lead(s)
 }
