@@ -9,15 +9,11 @@ import (
 	"github.com/raftlog/raftlog/commitlog/faultfs"
 )
 
-// TestStableWriteKeepsItsLength checks the lengths of the stable files: a
-// write that does not change the state's length (a new term, a new vote:
-// raft's writes during an election) leaves the file's length alone,
-// since a truncation, even to the same length, makes the fdatasync a
-// journal commit; a write that shrinks the state cuts the file to it, and
-// the state reads back whole after a crash.
-func TestStableWriteKeepsItsLength(t *testing.T) {
+// openTwoGroups opens a DB on a new faultfs with groups 1 and 2.
+func openTwoGroups(t *testing.T, flush FlushMode) (*faultfs.FS, *DB, *Store, *Store) {
+	t.Helper()
 	fs := faultfs.New(1)
-	db, err := OpenDB(crDir, crOptions(fs, SyncFlush))
+	db, err := OpenDB(crDir, crOptions(fs, flush))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,6 +25,17 @@ func TestStableWriteKeepsItsLength(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fs, db, s, other
+}
+
+// TestStableWriteKeepsItsLength checks the lengths of the stable files: a
+// write that does not change the state's length (a new term, a new vote:
+// raft's writes during an election) leaves the file's length alone,
+// since a truncation, even to the same length, makes the fdatasync a
+// journal commit; a write that shrinks the state cuts the file to it, and
+// the state reads back whole after a crash.
+func TestStableWriteKeepsItsLength(t *testing.T) {
+	fs, db, s, other := openTwoGroups(t, SyncFlush)
 	if err := other.Set([]byte("note"), make([]byte, 500)); err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +85,8 @@ func TestStableWriteKeepsItsLength(t *testing.T) {
 
 	fs = fs.CrashDropAll()
 	db.Close()
-	if db, err = OpenDB(crDir, crOptions(fs, SyncFlush)); err != nil {
+	db, err := OpenDB(crDir, crOptions(fs, SyncFlush))
+	if err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
 	defer db.Close()

@@ -35,19 +35,7 @@ func TestStableWriteFailureStopsDB(t *testing.T) {
 }
 
 func testStableWriteFailure(t *testing.T, fault faultfs.Fault, flush FlushMode) {
-	fs := faultfs.New(1)
-	db, err := OpenDB(crDir, crOptions(fs, flush))
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := db.Store(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	other, err := db.Store(2)
-	if err != nil {
-		t.Fatal(err)
-	}
+	fs, db, s, other := openTwoGroups(t, flush)
 	model := &ctModel{}
 	logs := ctEntries(1, 10, 1, 50)
 	if err := s.StoreLogs(logs); err != nil {
@@ -105,6 +93,7 @@ func testStableWriteFailure(t *testing.T, fault faultfs.Fault, flush FlushMode) 
 
 	fs = fs.CrashDropAll()
 	db.Close()
+	var err error
 	if db, err = OpenDB(crDir, crOptions(fs, flush)); err != nil {
 		t.Fatalf("reopen: %v", err)
 	}
