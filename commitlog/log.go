@@ -111,6 +111,7 @@ type Log struct {
 	mu          sync.Mutex
 	active      *segment        // mu: the segment appends go to, last in segs
 	activeSince time.Time       // mu: when active became the active segment
+	quarterAt   time.Time       // mu: when active got a quarter full, zero before (maybePrepare)
 	pending     *pendingSegment // mu: the next segment, being prepared
 	spares      []*segment      // mu: prepared segments not yet in segs, in order
 	buf         []byte          // mu: scratch for the pwrite path
@@ -456,7 +457,7 @@ func (l *Log) WriteParts(parts [][][]byte) (positions []int64, end int64, err er
 func (l *Log) rollTo(s *segment) {
 	old := l.active
 	l.active = s
-	l.activeSince = time.Now()
+	l.activeSince, l.quarterAt = time.Now(), time.Time{}
 	l.writeAhead = window{}
 	if old.locked {
 		old.m.Unlock(0, int(old.size))
@@ -474,13 +475,17 @@ func (l *Log) rollTo(s *segment) {
 // enough that a log does not hold a whole empty segment most of the time.
 const prepareAt = 2 // prepare once 1/prepareAt of the active segment is used
 
-// maybePrepare starts preparing the next segment once the active one is
-// half full. mu must be held.
+// maybePrepare notes when the active segment gets a quarter full, and
+// starts preparing the next segment once it is half full. mu must be held.
 func (l *Log) maybePrepare() {
+	used := l.wrote.Load() - l.active.base
+	if l.quarterAt.IsZero() && used >= l.active.size/4 {
+		l.quarterAt = time.Now()
+	}
 	if l.pending != nil || len(l.spares) > 0 {
 		return
 	}
-	if used := l.wrote.Load() - l.active.base; used >= l.active.size/prepareAt {
+	if used >= l.active.size/prepareAt {
 		l.startPrepare(l.active.end())
 	}
 }
@@ -511,9 +516,15 @@ func (l *Log) takeNext(base int64) (*segment, error) {
 }
 
 // zeroFillNext reports whether the next segment should be zero-filled (see
-// PreallocateZeroes). mu must be held.
-func (l *Log) zeroFillNext() bool {
-	return l.opts.Preallocate == PreallocateZeroes && time.Since(l.activeSince) >= zeroFillSlowerThan
+// PreallocateZeroes), and how long the active segment took to fill its
+// second quarter. mu must be held.
+func (l *Log) zeroFillNext() (bool, time.Duration) {
+	since := l.quarterAt
+	if since.IsZero() {
+		since = l.activeSince
+	}
+	took := time.Since(since)
+	return l.opts.Preallocate == PreallocateZeroes && took >= zeroFillSlowerThan, took
 }
 
 // newSegment makes the segment starting at base from a recycled file, or
@@ -548,10 +559,10 @@ func (l *Log) startPrepare(base int64) {
 	p := &pendingSegment{base: base, done: make(chan struct{}), hurry: make(chan struct{})}
 	l.pending = p
 	var zero *zeroPlan
-	if l.zeroFillNext() {
-		// Spread the zeroes over half the time the active segment took
-		// to get half full: the other half should take about as long.
-		zero = &zeroPlan{spread: time.Since(l.activeSince) / 2, hurry: p.hurry, stop: l.closing}
+	if fill, took := l.zeroFillNext(); fill {
+		// Spread the zeroes over the time the active segment took to fill
+		// its second quarter: its second half should take twice as long.
+		zero = &zeroPlan{spread: took, hurry: p.hurry, stop: l.closing}
 	}
 	l.wg.Add(1)
 	go func() {
@@ -561,16 +572,21 @@ func (l *Log) startPrepare(base int64) {
 	}()
 }
 
-// zeroFillSlowerThan is how long the active segment must have taken to get
-// half full for PreallocateZeroes to zero-fill the next one. Faster than
-// that (over 8 MiB/s with 64 MiB segments) each sync carries many records,
+// zeroFillSlowerThan is how long the active segment must have taken to
+// fill its second quarter (from a quarter to half full) for
+// PreallocateZeroes to zero-fill the next one: the recent pace of appends,
+// not counting a pause before the first (a fresh node's segment, a log
+// idle before a burst, which were taken for slow appends and zero-filled
+// the next segment during the burst: 8% of a leader's CPU in the
+// benchmark's first seconds). Faster than that (over 8 MiB/s with 64 MiB
+// segments) each sync carries many records,
 // so the journal commit that a sync over reserved blocks adds is shared,
 // while the zeroes, written every few seconds, cost the appends' syncs
 // time on the disk and the node CPU: three nodes with 64 sync appends in
 // flight (about 20 MiB/s) acknowledged as many records without it, at a
 // p99 of 7 to 17 ms against 21 to 26 and less CPU (bench cluster, three
 // runs each, 2026-12-03).
-const zeroFillSlowerThan = 4 * time.Second
+const zeroFillSlowerThan = 2 * time.Second
 
 // discardSpares drops every prepared segment, pending or spare. mu must be
 // held.

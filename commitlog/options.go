@@ -45,10 +45,10 @@ const (
 	// and need no journal commit for extent conversion: on ext4 an
 	// fdatasync of a 64 KiB append costs about as much as one of 1 KiB.
 	// Zero-filling writes every segment twice, so it is done only while the
-	// log fills segments slowly (the active one took at least 4 s to get
-	// half full), and a MiB at a time, spread over the time the segment is
-	// expected to take, so that the appends' syncs never wait behind more
-	// than a MiB of zeroes; an append that needs the segment sooner stops
+	// log fills segments slowly (the active one took at least 2 s to fill
+	// its second quarter), and a MiB at a time, spread over the time the
+	// segment is expected to take, so that the appends' syncs never wait
+	// behind more than a MiB of zeroes; an append that needs the segment sooner stops
 	// the zero-filling, and the rest of the segment is only reserved. When
 	// appends run faster, the next segment is only reserved, as with
 	// PreallocateSparse. It is the default.

@@ -164,7 +164,10 @@ func (l *Log) recover() error {
 	keep = keep[:len(keep):len(keep)]
 	l.segs.Store(&keep)
 	l.active = keep[len(keep)-1]
-	l.activeSince = time.Now()
+	l.activeSince, l.quarterAt = time.Now(), time.Time{}
+	if end-l.active.base >= l.active.size/4 {
+		l.quarterAt = l.activeSince
+	}
 	l.lastRecord, l.lastTS = lastRecord, lastTS
 	at := tailMark{end: end, lastRecord: lastRecord, lastTS: lastTS}
 	l.tail.Store(&tail{tailMark: at, before: at})
@@ -230,7 +233,7 @@ func (l *Log) initFresh() error {
 	list := segmentList{s}
 	l.segs.Store(&list)
 	l.active = s
-	l.activeSince = time.Now()
+	l.activeSince, l.quarterAt = time.Now(), time.Time{}
 	empty := tailMark{end: 0, lastRecord: -1}
 	l.tail.Store(&tail{tailMark: empty, before: empty})
 	return l.markOpen()

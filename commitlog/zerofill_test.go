@@ -9,9 +9,9 @@ import (
 )
 
 // slowZeroFill opens a log of 8 MiB segments and appends until the next
-// segment is being prepared, zero-filled at the pace of a log that took an
-// hour to fill half a segment: its chunks half an hour apart. It returns
-// the log and the records appended.
+// segment is being prepared, zero-filled at the pace of a log that took
+// half an hour to fill the second quarter of a segment: its chunks half an
+// hour apart. It returns the log and the records appended.
 func slowZeroFill(t *testing.T) (*Log, [][]byte, []int64) {
 	t.Helper()
 	const segSize = 8 << 20
@@ -19,12 +19,19 @@ func slowZeroFill(t *testing.T) (*Log, [][]byte, []int64) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.mu.Lock()
-	l.activeSince = time.Now().Add(-time.Hour)
-	l.mu.Unlock()
 	var payloads [][]byte
 	var pos []int64
+	aged := false
 	for l.End() < segSize/2+(64<<10) {
+		if !aged && l.End() >= segSize/4+(64<<10) {
+			l.mu.Lock()
+			if l.quarterAt.IsZero() {
+				t.Fatal("a quarter full, the active segment has no quarterAt")
+			}
+			l.quarterAt = l.quarterAt.Add(-30 * time.Minute)
+			l.mu.Unlock()
+			aged = true
+		}
 		p := bytes.Repeat([]byte{byte(len(payloads))}, 4000)
 		at, err := l.Append(p)
 		if err != nil {
@@ -96,4 +103,40 @@ func TestCloseStopsZeroFill(t *testing.T) {
 			t.Error(err)
 		}
 	})
+}
+
+// TestNoZeroFillAfterAPause: zero-filling is for a log that appends
+// slowly, judged by the pace of the active segment's second quarter. A
+// segment that sat idle for an hour before a burst filled it (a fresh
+// node before its first clients, a log after a quiet night) is not slow:
+// the next segment is only reserved, at once, rather than zero-filled
+// during the burst, spread over half an hour.
+func TestNoZeroFillAfterAPause(t *testing.T) {
+	const segSize = 8 << 20
+	l, err := Open(t.TempDir(), &Options{SegmentSize: segSize, Flush: AsyncFlushUnsafe})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	l.mu.Lock()
+	l.activeSince = time.Now().Add(-time.Hour)
+	l.mu.Unlock()
+	p := bytes.Repeat([]byte{7}, 4000)
+	for l.End() < segSize/2+(64<<10) {
+		if _, err := l.Append(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.mu.Lock()
+	pending := l.pending
+	l.mu.Unlock()
+	if pending == nil {
+		t.Fatal("the next segment is not being prepared once the active one is half full")
+	}
+	testwait.Within(t, "preparing the next segment after a burst that followed an idle hour", 20*time.Second, func() {
+		<-pending.done
+	})
+	if pending.err != nil {
+		t.Fatal(pending.err)
+	}
 }
