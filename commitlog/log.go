@@ -577,9 +577,9 @@ func (l *Log) startPrepare(base int64) {
 // PreallocateZeroes to zero-fill the next one: the recent pace of appends,
 // not counting a pause before the first (a fresh node's segment, a log
 // idle before a burst, which were taken for slow appends and zero-filled
-// the next segment during the burst: 8% of a leader's CPU in the
-// benchmark's first seconds). Faster than that (over 8 MiB/s with 64 MiB
-// segments) each sync carries many records,
+// the next segment during the burst: in one profile of a leader 2 s into
+// a burst after a 5 s idle start, 8% of its CPU samples). Faster than
+// that (over 8 MiB/s with 64 MiB segments) each sync carries many records,
 // so the journal commit that a sync over reserved blocks adds is shared,
 // while the zeroes, written every few seconds, cost the appends' syncs
 // time on the disk and the node CPU: three nodes with 64 sync appends in
