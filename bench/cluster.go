@@ -371,6 +371,11 @@ type cellResult struct {
 	ReadBack       int     `json:"read_back"`      // acked records read back and matched, warm-up and drain included
 	Unacked        int     `json:"unacked_stored"` // records read back that no ack names
 	Profile        string  `json:"profile,omitempty"`
+
+	// ServerSwitches is the servers' context switches in the window
+	// (switches.go).
+	ServerSwitches      int64   `json:"server_ctx_switches"`
+	ServerSwitchesPer1k float64 `json:"server_ctx_switches_per_1k"`
 }
 
 // runCell starts a fresh cluster of sys, runs workload w against it (warm-up,
@@ -425,6 +430,10 @@ func runCell(ctx context.Context, cfg *clusterConfig, e *clusterEnv, base string
 	if err != nil {
 		return nil, err
 	}
+	sw0, err := switchesOf(servers)
+	if err != nil {
+		return nil, err
+	}
 	self0 := selfCPU()
 	t0 := time.Now()
 	phase.Store(phaseMeasuring)
@@ -443,11 +452,12 @@ func runCell(ctx context.Context, cfg *clusterConfig, e *clusterEnv, base string
 	phase.Store(phaseDone)
 	t1 := time.Now()
 	cpu1, cerr := cpuOf(servers)
+	sw1, serr := switchesOf(servers)
 	self1 := selfCPU()
 	stopped = true
 	close(stop)
 	t := <-tallies
-	if err := errors.Join(werr, cerr, <-profDone); err != nil {
+	if err := errors.Join(werr, cerr, serr, <-profDone); err != nil {
 		return nil, err
 	}
 
@@ -457,9 +467,11 @@ func runCell(ctx context.Context, cfg *clusterConfig, e *clusterEnv, base string
 	ps := latencyPercentiles(t.lats, 50, 99, 99.9)
 	res.P50, res.P99, res.P999 = ps[0], ps[1], ps[2]
 	res.ServerCPU, res.ClientCPU = cpu1-cpu0, self1-self0
+	res.ServerSwitches = sw1.since(sw0)
 	if res.Acked > 0 {
 		res.ServerCPUPer1k = res.ServerCPU / float64(res.Acked) * 1000
 		res.ClientCPUPer1k = res.ClientCPU / float64(res.Acked) * 1000
+		res.ServerSwitchesPer1k = float64(res.ServerSwitches) / float64(res.Acked) * 1000
 	}
 	res.Errors = t.errs
 	if t.firstErr != nil {

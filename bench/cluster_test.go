@@ -214,3 +214,27 @@ func TestParseStatusKiB(t *testing.T) {
 		t.Errorf("this process's peak RSS: %d, %v", rss, err)
 	}
 }
+
+func TestParseStatusSwitches(t *testing.T) {
+	status := "Name:\tnode\nState:\tS (sleeping)\nvoluntary_ctxt_switches:\t1200\nnonvoluntary_ctxt_switches:\t34\n"
+	if n, err := parseStatusSwitches([]byte(status)); err != nil || n != 1234 {
+		t.Errorf("parseStatusSwitches = %d, %v; want 1234", n, err)
+	}
+	for _, bad := range []string{"Name:\tnode\n", "voluntary_ctxt_switches:\t12\n", "voluntary_ctxt_switches:\tx\nnonvoluntary_ctxt_switches:\t1\n"} {
+		if _, err := parseStatusSwitches([]byte(bad)); err == nil {
+			t.Errorf("parseStatusSwitches(%q) = nil error", bad)
+		}
+	}
+	c0 := switchCounts{"1/1": 100, "1/2": 50, "2/7": 10}
+	c1 := switchCounts{"1/1": 130, "1/2": 50, "2/7": 15, "2/9": 4} // 2/9 began in between
+	if n := c1.since(c0); n != 39 {
+		t.Errorf("since = %d, want 39", n)
+	}
+	self, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc:", err)
+	}
+	if _, err := parseStatusSwitches(self); err != nil {
+		t.Errorf("this process's status: %v", err)
+	}
+}

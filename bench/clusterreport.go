@@ -18,6 +18,7 @@ const (
 	mLatP999      = "p99.9"
 	mServerCPU1k  = "server CPU/1k"
 	mClientCPU1k  = "client CPU/1k"
+	mServerCS1k   = "server switches/1k"
 	mAckedRecords = "acked"
 )
 
@@ -51,6 +52,7 @@ func (r *clusterReport) add(w clusterWorkload, sys systemKind, c *cellResult) {
 		mLatP999:      c.P999,
 		mServerCPU1k:  c.ServerCPUPer1k,
 		mClientCPU1k:  c.ClientCPUPer1k,
+		mServerCS1k:   c.ServerSwitchesPer1k,
 		mAckedRecords: float64(c.Acked),
 	})
 }
@@ -102,7 +104,8 @@ func (r *clusterReport) settings() []string {
 		"NATS clients: nats.go JetStream; 1 in flight is synchronous Publish, N in flight is PublishAsync with a window of N on one connection; " +
 			"each client connects to the server that leads the stream (NATS' best case: through another server a publish takes one more hop)",
 		"latency: from the call to its ack, of every record acked in the window; CPU: user+system seconds of the three server processes " +
-			"(/proc/<pid>/stat, Linux only) and of the bench process (the clients) over the window, per 1,000 records acked in it",
+			"(/proc/<pid>/stat, Linux only) and of the bench process (the clients) over the window, per 1,000 records acked in it; " +
+			"context switches: voluntary and not, of every thread of the three server processes (/proc/<pid>/task/*/status), per 1,000 records",
 		"every acknowledged record (warm-up and drain included) is read back after its cell, at its index or sequence, with its data",
 	}
 }
@@ -155,9 +158,10 @@ func (r *clusterReport) printMarkdown(out io.Writer) {
 	r.printFloor(out)
 
 	fmt.Fprintf(out, "## Every figure\n\n")
-	fmt.Fprintf(out, "CPU is seconds per 1,000 acked records: the three servers together, and the bench process that runs the clients. "+
+	fmt.Fprintf(out, "CPU is seconds per 1,000 acked records: the three servers together, and the bench process that runs the clients; "+
+		"switches are the three servers' context switches per 1,000 acked records. "+
 		"Ratios are to NATS with fsync always (raftlog sync) and NATS default (raftlog async); records/s higher is better, CPU lower.\n\n")
-	head = []string{"workload", "system", "records/s", "p50", "p99", "p99.9", "server CPU", "client CPU", "records/s ÷ NATS", "server CPU ÷ NATS"}
+	head = []string{"workload", "system", "records/s", "p50", "p99", "p99.9", "server CPU", "client CPU", "server switches", "records/s ÷ NATS", "server CPU ÷ NATS"}
 	writeRow(out, head)
 	fmt.Fprintf(out, "|%s\n", strings.Repeat(" --- |", len(head)))
 	for _, w := range r.cfg.workloads {
@@ -170,6 +174,7 @@ func (r *clusterReport) printMarkdown(out io.Writer) {
 				fmtSeconds(r.median(w.key, s.key, mLatP999)),
 				fmtSeconds(r.median(w.key, s.key, mServerCPU1k)),
 				fmtSeconds(r.median(w.key, s.key, mClientCPU1k)),
+				fmtCount(r.median(w.key, s.key, mServerCS1k)),
 				fmtRatio(r.ratioTo(w.key, s, mRecSec)),
 				fmtRatio(r.ratioTo(w.key, s, mServerCPU1k)),
 			})
@@ -235,6 +240,7 @@ type jsonRow struct {
 	P999           float64  `json:"p999_s"`
 	ServerCPUPer1k float64  `json:"server_cpu_s_per_1k"`
 	ClientCPUPer1k float64  `json:"client_cpu_s_per_1k"`
+	SwitchesPer1k  float64  `json:"server_ctx_switches_per_1k"`
 	RatioRecSec    *float64 `json:"records_per_sec_ratio,omitempty"` // to Pair
 	RatioCPU       *float64 `json:"server_cpu_ratio,omitempty"`      // to Pair
 	Pair           string   `json:"ratio_to,omitempty"`
@@ -299,6 +305,7 @@ func (r *clusterReport) printJSON(out io.Writer) error {
 				P999:           zeroNaN(r.median(w.key, s.key, mLatP999)),
 				ServerCPUPer1k: zeroNaN(r.median(w.key, s.key, mServerCPU1k)),
 				ClientCPUPer1k: zeroNaN(r.median(w.key, s.key, mClientCPU1k)),
+				SwitchesPer1k:  zeroNaN(r.median(w.key, s.key, mServerCS1k)),
 				RatioRecSec:    num(r.ratioTo(w.key, s, mRecSec)),
 				RatioCPU:       num(r.ratioTo(w.key, s, mServerCPU1k)),
 			}
