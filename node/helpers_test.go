@@ -202,6 +202,14 @@ func waitForIn(t *testing.T, d time.Duration, what string, cond func() bool) {
 	}
 }
 
+// waitLogLeader waits for a node that leads named log id and returns it.
+func waitLogLeader(t *testing.T, c *testCluster, name string, id uint64) *Node {
+	t.Helper()
+	var lead *Node
+	waitFor(t, "a leader of log "+name, func() bool { lead = logLeader(c, id); return lead != nil })
+	return lead
+}
+
 // logLeader returns the node that leads named log id, nil if none does.
 func logLeader(c *testCluster, id uint64) *Node {
 	for _, n := range c.nodes {

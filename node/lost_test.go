@@ -142,8 +142,7 @@ func TestLogsPlacedOnANodeStillJoining(t *testing.T) {
 			return h != nil && h.gate.votes()
 		})
 		appendLog(t, ctx, cl.Log(info.Name), info.Name, 5)
-		var lead *Node
-		waitFor(t, "a leader of log "+info.Name, func() bool { lead = logLeader(c, info.ID); return lead != nil })
+		lead := waitLogLeader(t, c, info.Name, info.ID)
 		applied := lead.host.hosted(info.ID).r.FSM().Applied.Load()
 		waitFor(t, "n4 applies what log "+info.Name+"'s leader did", func() bool {
 			return n4.host.hosted(info.ID).r.FSM().Applied.Load() >= applied

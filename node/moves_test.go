@@ -144,8 +144,7 @@ func TestMoveCatchesUpBeforeVoting(t *testing.T) {
 		t.Fatal(err)
 	}
 	acked := appendLog(t, ctx, cl.Log("big"), "big", 200)
-	var logLead *Node
-	waitFor(t, "a leader of log big", func() bool { logLead = logLeader(c, info.ID); return logLead != nil })
+	logLead := waitLogLeader(t, c, info.Name, info.ID)
 	// The new replica goes to the node without one; the member that moves
 	// leads neither the cluster nor the log.
 	var joining, leaving *Node
@@ -269,8 +268,7 @@ func TestDescribeLogConfigIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendLog(t, ctx, cl.Log("conf"), "conf", 20)
-	var lead *Node
-	waitFor(t, "a leader of log conf", func() bool { lead = logLeader(c, info.ID); return lead != nil })
+	lead := waitLogLeader(t, c, info.Name, info.ID)
 	h := lead.host.hosted(info.ID)
 	d := describe(logInfo(mustLog(t, lead, info.ID)), info.Members, h.r, lead.catalog.State())
 	newest := newestConfigEntry(t, h)
@@ -357,8 +355,7 @@ func TestCutOffLeaderDoesNotDescribe(t *testing.T) {
 		t.Fatal(err)
 	}
 	appendLog(t, ctx, cl.Log("x"), "x", 5)
-	var lead *Node
-	waitFor(t, "a leader of log x", func() bool { lead = logLeader(c, info.ID); return lead != nil })
+	lead := waitLogLeader(t, c, info.Name, info.ID)
 	l, _ := lead.catalog.State().LogByID(info.ID)
 	heal := c.partitionFrom(lead)
 	defer heal()
