@@ -54,9 +54,11 @@ import (
 // without it (refusedvote.go), and otherwise the next in turn wins. Once an
 // election is under way, the watch calls no other: not while raft is a
 // candidate, nor after it granted a vote and knows no leader yet, although
-// the old leader's port still refuses. (Calling again there deposed the
+// the old leader's port still refuses (calling again there deposed the
 // new leader just elected, and the log waited out raft's timeouts, 1.1 to
-// 2 s after the kill.)
+// 2 s after the kill), nor when raft has a vote request of a newer term
+// than the gone leader's to answer: a leader stopped on purpose hands its
+// leadership over, then closes its port (handover.go).
 
 // stagger is how long a surviving voter waits per voter before it in id
 // order before it calls the election: two of the watch's intervals of
@@ -65,11 +67,12 @@ func stagger(every time.Duration) time.Duration { return 2 * every }
 
 // leaderGone is the state of the watch: the leader found gone, and when.
 type leaderGone struct {
-	id    raft.ServerID
-	addr  raft.ServerAddress
-	since time.Time
-	after string // what led to the dial: goneAfterLost or goneAfterSilence
-	term  uint64 // the term the election was called in; 0 while not called
+	id         raft.ServerID
+	addr       raft.ServerAddress
+	leaderTerm uint64 // the term it led in
+	since      time.Time
+	after      string // what led to the dial: goneAfterLost or goneAfterSilence
+	term       uint64 // the term the election was called in; 0 while not called
 }
 
 // What led to the dial that found a leader gone (the label "after" of
@@ -84,6 +87,7 @@ type leaderWatch struct {
 	gone       *leaderGone
 	leaderID   raft.ServerID      // the leader last heard of
 	leaderAddr raft.ServerAddress // and its raft address
+	leaderTerm uint64             // and the term it led in
 	nextDial   time.Time          // no dial before: a slow leader is not dialled every tick
 }
 
@@ -222,9 +226,10 @@ func (n *Node) gatedLogs() []gatedLog {
 // watchLeader is pass p of log g's watch w.
 func (n *Node) watchLeader(g gatedLog, w *leaderWatch, p *watchPass) {
 	r := g.r
+	term := r.CurrentTerm()
 	addr, id := r.LeaderWithID()
-	if id != "" {
-		w.leaderAddr, w.leaderID = addr, id
+	if id != "" && r.CurrentTerm() == term {
+		w.leaderAddr, w.leaderID, w.leaderTerm = addr, id, term
 	}
 	switch st := r.State(); {
 	case st == raft.Candidate:
@@ -261,7 +266,7 @@ func (n *Node) watchLeader(g gatedLog, w *leaderWatch, p *watchPass) {
 				return
 			}
 		}
-		w.gone = &leaderGone{id: w.leaderID, addr: w.leaderAddr, since: now, after: after}
+		w.gone = &leaderGone{id: w.leaderID, addr: w.leaderAddr, leaderTerm: w.leaderTerm, since: now, after: after}
 	}
 	if w.gone.term != 0 {
 		return // called already; raft's timeouts take over if it failed
@@ -281,7 +286,14 @@ func (n *Node) watchLeader(g gatedLog, w *leaderWatch, p *watchPass) {
 			return
 		}
 	}
-	w.gone.term = r.CurrentTerm()
+	term = r.CurrentTerm()
+	if !g.gate.callElection(w.gone.leaderTerm) {
+		// A vote asked or granted in a newer term than the gone leader's:
+		// someone campaigns already, e.g. the survivor the leader handed
+		// over to (handover.go).
+		return
+	}
+	w.gone.term = term
 	n.metrics.leaderGoneElections.WithLabelValues(w.gone.after).Inc()
 	silent := time.Since(r.LastContact()).Round(time.Millisecond)
 	if behind != nil {
@@ -293,7 +305,6 @@ func (n *Node) watchLeader(g gatedLog, w *leaderWatch, p *watchPass) {
 		n.cfg.Logger.Warn("the leader's raft port refuses connections: its process is gone; calling an election now",
 			"log", g.name, "leader", w.gone.id, "addr", w.gone.addr, "after", w.gone.after, "silent_for", silent)
 	}
-	g.gate.timeoutNow()
 }
 
 // refusesConnections reports whether a TCP connection to addr is refused:

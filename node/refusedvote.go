@@ -31,10 +31,12 @@ type refusedVote struct {
 }
 
 // observeVote makes the gate see raft's answer to the vote request rpc,
-// which it then hands on: a refusal is kept as the last refused vote, and
+// which it then hands on: the gate's book notes the request and the
+// answer (handover.go); a refusal is kept as the last refused vote, and
 // wakes the watch.
 func (g *voteGate) observeVote(rpc raft.RPC, req *raft.RequestVoteRequest) raft.RPC {
 	orig := rpc.RespChan
+	g.book.asked(req.Term)
 	ch := make(chan raft.RPCResponse, 1)
 	rpc.RespChan = ch
 	go func() {
@@ -45,6 +47,7 @@ func (g *voteGate) observeVote(rpc raft.RPC, req *raft.RequestVoteRequest) raft.
 			return
 		}
 		v, ok := resp.Response.(*raft.RequestVoteResponse)
+		g.book.answered(req.Term, ok && resp.Error == nil && v.Granted)
 		refused := ok && resp.Error == nil && !v.Granted && v.Term == req.Term
 		if refused {
 			g.refused.Store(&refusedVote{

@@ -55,6 +55,8 @@ type voteGate struct {
 	raft    atomic.Pointer[raft.Raft] // for the current term, once started
 	self    raft.RPCHeader
 	refused atomic.Pointer[refusedVote] // the last vote request raft refused (refusedvote.go)
+	book    voteBook                    // the vote requests raft received (handover.go)
+	calls   chan electionCall           // the leader-gone watch's calls (handover.go)
 	wake    func()                      // wakes the leader-gone watch; may be nil
 
 	seenMu sync.Mutex
@@ -123,7 +125,7 @@ type netTransport interface {
 // newVoteGate returns the gate over tr of the node id, voting if allowed;
 // wake, if not nil, is called when raft refuses a vote (refusedvote.go).
 func newVoteGate(tr netTransport, allowed bool, id string, wake func()) *voteGate {
-	g := &voteGate{netTransport: tr, out: make(chan raft.RPC), done: make(chan struct{}), wake: wake, seen: map[raft.ServerID]peerSeen{}}
+	g := &voteGate{netTransport: tr, out: make(chan raft.RPC), done: make(chan struct{}), calls: make(chan electionCall), wake: wake, seen: map[raft.ServerID]peerSeen{}}
 	g.allowed.Store(allowed)
 	g.self = raft.RPCHeader{ProtocolVersion: raft.ProtocolVersionMax, ID: []byte(id), Addr: []byte(tr.LocalAddr())}
 	go g.run()
@@ -146,6 +148,9 @@ func (g *voteGate) run() {
 		var rpc raft.RPC
 		select {
 		case rpc = <-in:
+		case c := <-g.calls:
+			g.call(c)
+			continue
 		case <-g.done:
 			return
 		}
@@ -160,23 +165,6 @@ func (g *voteGate) run() {
 		case <-g.done:
 			return
 		}
-	}
-}
-
-// timeoutNow hands raft a TimeoutNow request, as a leader transferring its
-// leadership sends one: raft campaigns at once (leadergone.go). It does not
-// wait for raft's answer. It does nothing once the store failed.
-func (g *voteGate) timeoutNow() {
-	if g.failed.Load() {
-		return
-	}
-	rpc := raft.RPC{
-		Command:  &raft.TimeoutNowRequest{RPCHeader: g.self},
-		RespChan: make(chan raft.RPCResponse, 1),
-	}
-	select {
-	case g.out <- rpc:
-	case <-g.done:
 	}
 }
 
