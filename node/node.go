@@ -759,7 +759,11 @@ func (n *Node) voters() int { return n.log.Voters() }
 
 // handOverLeadership hands the leadership of each log the node leads, the
 // default log's and named logs', to another voter, all at once, so that
-// a node stopped on purpose costs its logs no election timeout.
+// a node stopped on purpose costs its logs no election timeout. It then
+// waits, up to a heartbeat timeout, until each log's raft follows the
+// successor: by then the successor has asked the other voters for their
+// votes, so they do not take the raft port's closing for a death and call
+// an election over it (handover.go).
 func (n *Node) handOverLeadership() {
 	var wg sync.WaitGroup
 	transfer := func(name string, r *replica.Replica) {
@@ -767,6 +771,12 @@ func (n *Node) handOverLeadership() {
 			wg.Go(func() {
 				if err := rf.LeadershipTransfer().Error(); err != nil {
 					n.cfg.Logger.Warn("handing leadership over before shutdown", "log", name, "error", err)
+					return
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), rf.ReloadableConfig().HeartbeatTimeout)
+				defer cancel()
+				if !r.AwaitSuccessor(ctx) {
+					n.cfg.Logger.Warn("handed leadership over before shutdown, but heard from no successor", "log", name)
 				}
 			})
 		}

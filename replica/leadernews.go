@@ -1,7 +1,9 @@
 package replica
 
 import (
+	"context"
 	"sync"
+	"time"
 
 	"github.com/hashicorp/raft"
 )
@@ -53,6 +55,31 @@ func (r *Replica) watchLeaderNews(ch <-chan raft.Observation) {
 			return
 		case <-ch:
 			r.news.announce()
+		}
+	}
+}
+
+// AwaitSuccessor waits until raft follows a leader other than this
+// replica, ctx ends, or the replica stops; it reports whether raft does.
+// A leader that handed its leadership over (raft.LeadershipTransfer)
+// waits so before it closes its raft port: the other voters have then
+// been asked for their votes by the successor, and can tell the port's
+// closing from a death (node/handover.go).
+func (r *Replica) AwaitSuccessor(ctx context.Context) bool {
+	tick := time.NewTicker(awaitPoll) // raft drops an observation when its channel is full
+	defer tick.Stop()
+	for {
+		news := r.news.next()
+		if _, id := r.raft.LeaderWithID(); id != "" && string(id) != r.cfg.NodeID {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-r.ctx.Done():
+			return false
+		case <-tick.C:
+		case <-news:
 		}
 	}
 }
