@@ -248,9 +248,11 @@ func metric(t *testing.T, m *member, series string) string {
 // timeouts are 5 s, so the survivors' turns are 1 s apart (two of the
 // leader-gone watch's intervals of 500 ms).
 //
-// The survivor with the lower id is paused (SIGSTOP) while appends commit
-// on the other two; the native raft transport sends a follower one
-// request at a time, so it misses every entry after the one it was sent.
+// The survivor first in turn (the later of the two in the --bootstrap
+// list, which is the configuration's order: node/leadergone.go) is paused
+// (SIGSTOP) while appends commit on the other two; the native raft
+// transport sends a follower one request at a time, so it misses every
+// entry after the one it was sent.
 // The leader is SIGKILLed and the survivor resumed at once: it reads the
 // end of the leader's connection, finds the leader's port refusing, and
 // calls first, as the first in turn; the other survivor, which learned of
@@ -264,14 +266,13 @@ func TestLeaderGoneBehindSurvivor(t *testing.T) {
 	c, rec, w, leader := startSlowTimeoutsRun(t, ctx, 5*time.Second, 47)
 	defer w.stop()
 	defer c.keepLogsIfFailed(t)
-	var survivors []*member
+	var survivors []*member // in the configuration's order
 	for _, m := range c.members {
 		if m != leader {
 			survivors = append(survivors, m)
 		}
 	}
-	sort.Slice(survivors, func(i, j int) bool { return survivors[i].id < survivors[j].id })
-	behind, ahead := survivors[0], survivors[1]
+	behind, ahead := survivors[1], survivors[0]
 	pausedAt := rec.now()
 	if err := behind.pause(); err != nil {
 		t.Fatal(err)

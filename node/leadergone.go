@@ -45,10 +45,18 @@ import (
 // The surviving voters all see the refusal at about the same time; if they
 // all campaigned at once, they could split the votes and wait out an
 // election timeout. So they take turns: the voters other than the leader,
-// by id, each one stagger after the one before (two of the watch's
-// intervals, so that a voter that noticed a pass later keeps its turn),
-// and a voter whose turn comes after a new leader has been heard from does
-// nothing. The first in turn loses when its log is behind another
+// in reverse order of the configuration, each one stagger after the one
+// before (two of the watch's intervals, so that a voter that noticed a
+// pass later keeps its turn), and a voter whose turn comes after a new
+// leader has been heard from does nothing. The order is raft's: a
+// hashicorp/raft candidate writes its new term, then goes through the
+// configuration's voters in order, asking each for its vote, and writing
+// its own vote (two more durable writes) when it comes to itself. The
+// survivor listed last asks every other survivor right after its first
+// write, and the voters' writes run beside its own; one listed before
+// another survivor asks that one only after all three writes (2.1 ms on
+// this project's machine with one log failing over, 3.3 ms with three at
+// once). The first in turn loses when its log is behind another
 // survivor's (it missed the dead leader's last entry); the survivor that
 // refused it its vote then calls at once when the candidate cannot win
 // without it (refusedvote.go), and otherwise the next in turn wins. Once an
@@ -271,7 +279,11 @@ func (n *Node) watchLeader(g gatedLog, w *leaderWatch, p *watchPass) {
 	if w.gone.term != 0 {
 		return // called already; raft's timeouts take over if it failed
 	}
-	rank, voters, voter := survivorRank(r, n.cfg.ID, w.gone.id)
+	f := r.GetConfiguration()
+	if f.Error() != nil {
+		return
+	}
+	rank, voters, voter := survivorRank(f.Configuration(), n.cfg.ID, w.gone.id)
 	if !voter {
 		return
 	}
@@ -319,30 +331,25 @@ func refusesConnections(addr string, timeout time.Duration) bool {
 }
 
 // survivorRank returns the node's (self's) place, from 0, among the
-// voters of r's latest configuration other than leader, by id, and the
-// number of voters, leader included; false when the node is not one of
-// them.
-func survivorRank(r *raft.Raft, self string, leader raft.ServerID) (rank, voters int, ok bool) {
-	f := r.GetConfiguration()
-	if f.Error() != nil {
-		return 0, 0, false
-	}
-	var ids []string
-	in := false
-	for _, s := range f.Configuration().Servers {
+// voters of conf other than leader, counted from the end of the
+// configuration (see above), and the number of voters, leader included;
+// false when the node is not one of them. Every voter ranks the survivors
+// alike: raft keeps the servers of a configuration in their order across
+// changes (a new one goes last).
+func survivorRank(conf raft.Configuration, self string, leader raft.ServerID) (rank, voters int, ok bool) {
+	var ids []raft.ServerID // the survivors, in the configuration's order
+	for _, s := range conf.Servers {
 		if s.Suffrage != raft.Voter {
 			continue
 		}
 		voters++
-		if s.ID == leader {
-			continue
+		if s.ID != leader {
+			ids = append(ids, s.ID)
 		}
-		ids = append(ids, string(s.ID))
-		in = in || string(s.ID) == self
 	}
-	if !in {
+	i := slices.Index(ids, raft.ServerID(self))
+	if i < 0 {
 		return 0, 0, false
 	}
-	slices.Sort(ids)
-	return slices.Index(ids, self), voters, true
+	return len(ids) - 1 - i, voters, true
 }
