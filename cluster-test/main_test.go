@@ -84,7 +84,64 @@ func buildNode() (string, error) {
 		return "", fmt.Errorf("go build -tags faultinject ./cmd/node: %v\n%s", err, stderr.Bytes())
 	}
 	fmt.Fprintf(os.Stderr, "cluster-test: built cmd/node in %v\n", time.Since(start).Round(100*time.Millisecond))
+	if err := openNodeSources(goTool); err != nil {
+		return "", err
+	}
 	return out, nil
+}
+
+// openNodeSources opens every file of nodeSources. go test caches a
+// package's result until its test binary or a file its tests opened
+// changes, and these tests build the node binary themselves: without
+// this, a change to the node's code left a cached pass standing.
+func openNodeSources(goTool string) error {
+	files, err := nodeSources(goTool)
+	if err != nil {
+		return err
+	}
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			return err
+		}
+		f.Close()
+	}
+	return nil
+}
+
+// nodeSources returns the files that the node binary is built from within
+// this module: the Go and embedded files of cmd/node and of the module's
+// packages it imports, and go.mod and go.sum.
+func nodeSources(goTool string) ([]string, error) {
+	const format = `{{if .Module}}{{if .Module.Main}}{{.Module.GoMod}}` +
+		`{{"\t"}}{{.Dir}}{{range .GoFiles}}{{"\t"}}{{.}}{{end}}{{range .EmbedFiles}}{{"\t"}}{{.}}{{end}}{{"\n"}}{{end}}{{end}}`
+	cmd := exec.Command(goTool, "list", "-deps", "-tags", "faultinject", "-f", format, "github.com/raftlog/raftlog/cmd/node")
+	cmd.Env = append(childEnv(), "GOFLAGS=")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	list, err := cmd.Output()
+	if err != nil {
+		return nil, fmt.Errorf("go list -deps ./cmd/node: %v\n%s", err, stderr.Bytes())
+	}
+	var files []string
+	mods := map[string]bool{}
+	for line := range strings.Lines(string(list)) {
+		f := strings.Split(strings.TrimSuffix(line, "\n"), "\t")
+		if len(f) < 2 {
+			continue
+		}
+		if !mods[f[0]] {
+			mods[f[0]] = true
+			files = append(files, f[0], filepath.Join(filepath.Dir(f[0]), "go.sum"))
+		}
+		for _, name := range f[2:] {
+			files = append(files, filepath.Join(f[1], name))
+		}
+	}
+	if len(files) == 0 {
+		return nil, fmt.Errorf("go list -deps ./cmd/node named no file of this module")
+	}
+	return files, nil
 }
 
 // hasFaultInjection reports whether bin's serve command takes
@@ -109,4 +166,39 @@ func childEnv() []string {
 		}
 	}
 	return env
+}
+
+// TestNodeSources checks that the files the tests open, so that go test's
+// cache notices a change to the node binary they build, take in the
+// node's command, the packages it imports (the faultinject ones
+// included) and the module's go.mod.
+func TestNodeSources(t *testing.T) {
+	goTool, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command")
+	}
+	files, err := nodeSources(goTool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range files {
+		rel, err := filepath.Rel(root, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		have[filepath.ToSlash(rel)] = true
+	}
+	for _, want := range []string{"go.mod", "go.sum", "cmd/node/main.go", "node/node.go", "node/faultinject_on.go", "replica/replica.go", "commitlog/flush.go", "raftstore/stable.go"} {
+		if !have[want] {
+			t.Errorf("the node's sources lack %s (%d files)", want, len(files))
+		}
+	}
+	if have["node/faultinject_off.go"] {
+		t.Error("the node's sources take node/faultinject_off.go: the binary is built with -tags faultinject")
+	}
 }
