@@ -310,10 +310,11 @@ func openOffline(o Options, dir string) (f *offlineLog, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("commitlog: %w", err)
 	}
-	f = &offlineLog{lock: lock}
+	ol := &offlineLog{lock: lock}
+	f = ol
 	defer func() {
 		if err != nil {
-			f.close()
+			ol.close() // f is nil on the error paths
 		}
 	}()
 	for _, name := range names {

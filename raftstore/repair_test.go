@@ -276,3 +276,19 @@ func TestInspectUndecodableRecord(t *testing.T) {
 		t.Fatalf("Inspect: %v, want ErrCorrupt for a record that does not decode", err)
 	}
 }
+
+// A DB whose commit log lost its checkpoint: Inspect and CutLog, the
+// tools for a damaged DB, refuse it naming the cause, as OpenDB does (they
+// panicked on a nil log while cleaning up).
+func TestInspectMissingCheckpoint(t *testing.T) {
+	dir := repairDB(t)
+	if err := os.Remove(filepath.Join(dir, "log", "checkpoint")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := raftstore.Inspect(dir, repairOpts, nil); err == nil || !strings.Contains(err.Error(), "checkpoint") {
+		t.Fatalf("Inspect: %v, want an error naming the missing checkpoint", err)
+	}
+	if err := raftstore.CutLog(dir, repairOpts, 0); err == nil || !strings.Contains(err.Error(), "checkpoint") {
+		t.Fatalf("CutLog: %v, want an error naming the missing checkpoint", err)
+	}
+}
