@@ -422,8 +422,18 @@ func (n *Node) warnLost(l catalog.Log) {
 
 // catalogCurrent reports whether the node's copy of the catalog holds
 // every command committed until a moment ago: it leads the default log, or
-// follows a leader it heard from within a heartbeat timeout and has
-// applied the commit index that leader gave it.
+// follows a leader that sent it a commit index within a heartbeat timeout,
+// in raft's current term, and has applied that index.
+//
+// raft's own commit index is no measure: a node restarted from a
+// snapshot older than its log holds the snapshot's index as its commit
+// index until an AppendEntries with entries or a commit index comes, and
+// a heartbeat, which carries neither, makes it a follower of a leader just
+// heard from before that. A node that had taken a log's replica by a move
+// after its last snapshot then read the catalog of that snapshot as
+// current, found the log hosted elsewhere, and dropped the replica's data
+// (an operator's tryout, 2026-12-04: a log of one replica lost its 50
+// records).
 func (n *Node) catalogCurrent() bool {
 	if n.log.IsLeader() {
 		return true
@@ -432,8 +442,15 @@ func (n *Node) catalogCurrent() bool {
 	if _, id := r.LeaderWithID(); id == "" || r.State() != raft.Follower {
 		return false
 	}
-	lc := r.LastContact()
-	return !lc.IsZero() && time.Since(lc) < n.cfg.HeartbeatTimeout && n.fsm.Applied.Load() >= r.CommitIndex()
+	c := n.gate.commit.Load()
+	return c != nil && c.term == r.CurrentTerm() && time.Since(c.at) < n.cfg.HeartbeatTimeout && n.fsm.Applied.Load() >= c.index
+}
+
+// leaderCommit is a commit index a leader sent in an AppendEntries.
+type leaderCommit struct {
+	term  uint64 // the leader's term
+	index uint64
+	at    time.Time
 }
 
 // storedLogs returns the ids of the named logs whose groups are among

@@ -54,10 +54,11 @@ type voteGate struct {
 	failed  atomic.Bool               // the node's store failed (stopRaft): no new term, ever
 	raft    atomic.Pointer[raft.Raft] // for the current term, once started
 	self    raft.RPCHeader
-	refused atomic.Pointer[refusedVote] // the last vote request raft refused (refusedvote.go)
-	book    voteBook                    // the vote requests raft received (handover.go)
-	calls   chan electionCall           // the leader-gone watch's calls (handover.go)
-	wake    func()                      // wakes the leader-gone watch; may be nil
+	refused atomic.Pointer[refusedVote]  // the last vote request raft refused (refusedvote.go)
+	book    voteBook                     // the vote requests raft received (handover.go)
+	commit  atomic.Pointer[leaderCommit] // the last commit index a leader sent (logs.go, catalogCurrent)
+	calls   chan electionCall            // the leader-gone watch's calls (handover.go)
+	wake    func()                       // wakes the leader-gone watch; may be nil
 
 	seenMu sync.Mutex
 	seen   map[raft.ServerID]peerSeen // what each peer last answered (peerseen.go); guarded by seenMu
@@ -157,8 +158,13 @@ func (g *voteGate) run() {
 		if g.refuse(rpc) {
 			continue
 		}
-		if req, ok := rpc.Command.(*raft.RequestVoteRequest); ok {
+		switch req := rpc.Command.(type) {
+		case *raft.RequestVoteRequest:
 			rpc = g.observeVote(rpc, req)
+		case *raft.AppendEntriesRequest:
+			if req.LeaderCommitIndex > 0 { // heartbeats carry none
+				g.commit.Store(&leaderCommit{term: req.Term, index: req.LeaderCommitIndex, at: time.Now()})
+			}
 		}
 		select {
 		case g.out <- rpc:
