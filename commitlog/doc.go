@@ -8,9 +8,10 @@
 // # Layout
 //
 // A log directory holds the segment files (00000000000000000000,
-// 00000000000067108864, ...), a checkpoint file, an abort marker that
-// exists while the log is open, and a LOCK file. The record format is
-// described in format.go and the checkpoint format in checkpoint.go.
+// 00000000000067108864, ...), a checkpoint file, a sync mark file, an
+// abort marker that exists while the log is open, and a LOCK file. The
+// record format is described in format.go, the checkpoint format in
+// checkpoint.go and the sync mark in syncmark.go.
 // Positions are logical offsets: a record's position is the offset of its
 // header in the concatenation of all segments. Once the active segment is
 // half full, the next one is created, preallocated and mapped in the
@@ -65,7 +66,12 @@
 // blob from the layer above. Open tells a clean shutdown from a crash by
 // the abort marker, then scans forward from the watermark, checking the
 // CRC, position and epoch of each record, and ends the log at the first
-// that fails: the torn tail. Only the tail is read, so opening a log of
+// that fails: the torn tail. After every sync the log writes how far it
+// has synced into the sync mark file (one small write, never synced: a
+// killed process leaves it exact, a power loss an older value or none), so
+// a record that fails its checks before that point is known to have been
+// synced: damage, for which Open fails with ErrCorrupt rather than cut
+// acknowledged records off as a torn tail. Only the tail is read, so opening a log of
 // many gigabytes costs about as much as opening an empty one. After a crash
 // the recovered tail is synced and a new epoch begins, so bytes past the
 // end can never be mistaken for records later. The record the checkpoint

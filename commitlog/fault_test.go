@@ -132,9 +132,10 @@ func TestFaultNoSpace(t *testing.T) {
 				t.Run(name, func(t *testing.T) {
 					fs := faultfs.New(12)
 					if how == "capacity" {
-						// The checkpoint's two slots, the first segment and
-						// the one prepared after it, and a little more.
-						fs.SetCapacity(2*checkpointSlotSize + 2*seg + 1024)
+						// The checkpoint's two slots, the sync mark, the
+						// first segment and the one prepared after it, and
+						// a little more.
+						fs.SetCapacity(2*checkpointSlotSize + syncMarkSize + 2*seg + 1024)
 					}
 					opts := Options{SegmentSize: seg, WritePath: wp, Preallocate: pre}
 					l := flushTestOpen(t, fs, opts)

@@ -215,6 +215,7 @@ func (l *Log) syncLocked(at tailMark) error {
 		}
 	}
 	l.flushed.Store(at.end)
+	l.mark.write(at.end, l.epoch)
 	if at.lastRecord >= 0 {
 		l.durableRecord, l.durableTS = at.lastRecord, at.lastTS
 	}

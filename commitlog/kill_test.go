@@ -157,6 +157,17 @@ func (k *killTest) round(t *testing.T, round int) {
 	if !info.Crashed {
 		t.Errorf("round %d: Recovery().Crashed is false after SIGKILL: %+v", round, info)
 	}
+	// Every acknowledged record was synced before its AppendBatch
+	// returned, so the sync mark the child left covers it: damage to it
+	// would be refused, not cut off as a torn write
+	// (TestSyncMarkDamagePastCheckpoint).
+	var ackedEnd int64
+	for _, a := range acks {
+		ackedEnd = max(ackedEnd, a.pos+commitlog.HeaderSize+int64(a.n))
+	}
+	if info.Synced < ackedEnd {
+		t.Errorf("round %d: recovery knew the log synced up to %d, short of the acknowledged records' end %d: %+v", round, info.Synced, ackedEnd, info)
+	}
 	k.checkAcked(t, l, round)
 	k.checkAll(t, l, round)
 	if err := l.Verify(); err != nil {

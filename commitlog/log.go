@@ -44,6 +44,10 @@ type RecoveryInfo struct {
 	Checkpoint uint64
 	// ScannedFrom is the checkpointed durable position the scan began at.
 	ScannedFrom int64
+	// Synced is where the log was known synced up to when it stopped: the
+	// sync mark's position (see syncmark.go), or ScannedFrom when the mark
+	// says less. Every record before it checked out.
+	Synced int64
 	// End is the end of the valid log found by the scan.
 	End int64
 	// Records is the number of records found past ScannedFrom.
@@ -103,7 +107,8 @@ type Log struct {
 	fs   vfs.FS
 	lock io.Closer
 	cp   *checkpointFile
-	meta []byte // checkpoint meta read at Open; immutable
+	mark *syncMark // the sync mark (syncmark.go): written under syncMu
+	meta []byte    // checkpoint meta read at Open; immutable
 	info RecoveryInfo
 
 	// mu serialises writers: appends, segment changes, truncation and Close.
@@ -211,6 +216,12 @@ func Open(dir string, opts *Options) (*Log, error) {
 	}
 	if err := l.recover(); err != nil {
 		l.releaseAll()
+		if l.cp != nil {
+			l.cp.close()
+		}
+		if l.mark != nil {
+			l.mark.close()
+		}
 		lock.Close()
 		return nil, err
 	}
@@ -825,6 +836,9 @@ func (l *Log) Close() error {
 	// released see it set.
 	l.isClosed.Store(true)
 	if cerr := l.cp.close(); err == nil && cerr != nil {
+		err = cerr
+	}
+	if cerr := l.mark.close(); err == nil && cerr != nil {
 		err = cerr
 	}
 	l.releaseAll()

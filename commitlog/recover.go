@@ -17,7 +17,8 @@ import (
 // bounded by what was written since the last checkpoint, not by the size
 // of the log. It follows records while their CRC, position and epoch check
 // out; the first one that does not is the torn tail, and the log ends
-// there. After a crash the recovered tail is synced and a new epoch begins
+// there, unless the sync mark (syncmark.go) says it was synced: then it
+// is damage, and Open fails with ErrCorrupt. After a crash the recovered tail is synced and a new epoch begins
 // at its end, so that nothing past it can ever be taken for a record.
 func (l *Log) recover() error {
 	names, err := l.fs.ReadDir(l.dir)
@@ -29,6 +30,11 @@ func (l *Log) recover() error {
 		return err
 	}
 	l.cp = cpFile
+	mark, marks, err := openSyncMark(l.fs, l.dir)
+	if err != nil {
+		return err
+	}
+	l.mark = mark
 	crashed := false
 	var removed []string
 	var list segmentList
@@ -62,6 +68,13 @@ func (l *Log) recover() error {
 			return fmt.Errorf("%w: checkpoint %s says %d bytes are durable but %s holds no segment", ErrCorrupt, l.cp.path, c.flushed, l.dir)
 		}
 		l.info = RecoveryInfo{New: true, Removed: removed}
+		if len(marks) > 0 {
+			// Left by a log whose segments are gone: the fresh log starts
+			// at epoch 1 again, where these could pass for its own.
+			if err := l.mark.reset(); err != nil {
+				return err
+			}
+		}
 		return l.initFresh()
 	}
 	if !found {
@@ -79,6 +92,13 @@ func (l *Log) recover() error {
 	w := max(c.flushed, list[0].base)
 	if w > list[len(list)-1].end() {
 		return fmt.Errorf("%w: checkpoint %s says %d bytes are durable but the segments end at %d", ErrCorrupt, l.cp.path, c.flushed, list[len(list)-1].end())
+	}
+	// synced is where the sync mark says the log was synced up to, past
+	// the checkpoint: a record before it that fails its checks is damage
+	// to synced bytes, which no recovery may cut off as a torn tail.
+	synced := syncedUpTo(marks, c.epoch)
+	if last := list[len(list)-1].end(); synced > last {
+		return fmt.Errorf("%w: sync mark %s says the log was synced up to %d but the segments end at %d", ErrCorrupt, filepath.Join(l.dir, syncMarkName), synced, last)
 	}
 	if c.lastRecord >= list[0].base {
 		if err := l.checkRecordAt(list, c.lastRecord, w); err != nil {
@@ -112,6 +132,10 @@ func (l *Log) recover() error {
 			err = fmt.Errorf("record of epoch %d where the log is in epoch %d", h.epoch, c.epoch)
 		}
 		if err != nil {
+			if pos < synced {
+				return fmt.Errorf("%w; the log was synced up to %d (sync mark %s), so this is damage to synced records, not a write torn by a crash",
+					corruptError(s.path, off, err), synced, filepath.Join(l.dir, syncMarkName))
+			}
 			stop, torn = err.Error(), errors.Is(err, errChecksum) || errors.Is(err, errLength)
 			break
 		}
@@ -133,7 +157,7 @@ func (l *Log) recover() error {
 			s.willNeed(from, size)
 		}
 	}
-	l.info = RecoveryInfo{Crashed: crashed || end != w, Checkpoint: c.seq, ScannedFrom: w, End: end, Records: n, Stop: stop, Torn: torn, Removed: removed}
+	l.info = RecoveryInfo{Crashed: crashed || end != w, Checkpoint: c.seq, ScannedFrom: w, Synced: max(synced, w), End: end, Records: n, Stop: stop, Torn: torn, Removed: removed}
 
 	// The active segment holds end (or ends at it when full). Keep the one
 	// after it as the prepared next segment; anything further is debris

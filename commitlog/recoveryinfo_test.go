@@ -37,7 +37,7 @@ func TestRecoveryInfoSaysWhatOpenDid(t *testing.T) {
 		t.Fatal(err)
 	}
 	info := l.Recovery()
-	want := RecoveryInfo{Checkpoint: info.Checkpoint, ScannedFrom: l.End(), End: l.End(), Stop: errNoMagic.Error()}
+	want := RecoveryInfo{Checkpoint: info.Checkpoint, ScannedFrom: l.End(), Synced: l.End(), End: l.End(), Stop: errNoMagic.Error()}
 	if info.Checkpoint == 0 || !reflect.DeepEqual(info, want) {
 		t.Fatalf("after a clean Close: %+v, want %+v with a checkpoint", info, want)
 	}

@@ -12,9 +12,11 @@ import (
 //
 // Recovery (recover.go) reads only the tail past the checkpoint's durable
 // watermark: a record there that fails its checks is a torn write and the
-// log ends before it. A record below the watermark that fails its checks is
-// damage to durable data, which a read of it reports as ErrCorrupt and
-// which no recovery may drop by itself. A Scanner reads every record to
+// log ends before it, unless the sync mark (syncmark.go) says the log was
+// synced past it. A record below the durable watermark (the checkpoint's
+// or the sync mark's) that fails its checks is damage to durable data,
+// which Open or a read of it reports as ErrCorrupt and which no recovery
+// may drop by itself. A Scanner reads every record to
 // find such damage, without changing a byte; Cut removes every record from
 // a position on, so that the layer above can start again from the records
 // before the damage (and fetch the rest elsewhere, as a raft follower
@@ -40,8 +42,10 @@ type ScanInfo struct {
 	Segments []SegmentInfo
 	// First is the position of the first retained byte.
 	First int64
-	// Durable is the checkpoint's durable watermark, where recovery
-	// starts its scan of the tail.
+	// Durable is the durable watermark: the checkpoint's, or the sync
+	// mark's when it is further (the log was synced up to it before it
+	// stopped). Recovery cuts a record past it that fails its checks as
+	// a torn write; one before it is damage.
 	Durable int64
 	// End is where the log ends: past the last record of the tail that
 	// recovery would keep.
@@ -294,9 +298,10 @@ func Cut(dir string, opts *Options, at int64, meta []byte) error {
 // checkpoint read and its segments mapped, nothing written. Its fields are
 // set by openOffline and read by its one user.
 type offlineLog struct {
-	lock io.Closer   // the directory's lock
-	cp   checkpoint  // the checkpoint; zero when there is none
-	segs segmentList // the segments, oldest first; nil after close
+	lock  io.Closer      // the directory's lock
+	cp    checkpoint     // the checkpoint; zero when there is none
+	marks []syncMarkSlot // the sync mark's valid slots (syncmark.go)
+	segs  segmentList    // the segments, oldest first; nil after close
 }
 
 // openOffline locks dir and reads its checkpoint and segments, checking
@@ -344,6 +349,12 @@ func openOffline(o Options, dir string) (f *offlineLog, err error) {
 	if len(f.segs) > 0 && f.cp.flushed > f.segs[len(f.segs)-1].end() {
 		return nil, fmt.Errorf("%w: checkpoint %s says %d bytes are durable but the segments end at %d", ErrCorrupt, path, f.cp.flushed, f.segs[len(f.segs)-1].end())
 	}
+	if f.marks, err = readSyncMarks(o.FS, dir); err != nil {
+		return nil, err
+	}
+	if synced := syncedUpTo(f.marks, f.cp.epoch); len(f.segs) > 0 && synced > f.segs[len(f.segs)-1].end() {
+		return nil, fmt.Errorf("%w: sync mark %s says the log was synced up to %d but the segments end at %d", ErrCorrupt, filepath.Join(dir, syncMarkName), synced, f.segs[len(f.segs)-1].end())
+	}
 	return f, nil
 }
 
@@ -375,8 +386,11 @@ func readCheckpointOffline(o Options, path string, c *checkpoint) (found bool, e
 	return found, nil
 }
 
-// durable returns the durable watermark, within the segments.
-func (f *offlineLog) durable() int64 { return max(f.cp.flushed, f.segs[0].base) }
+// durable returns the durable watermark, within the segments: the
+// checkpoint's, or the sync mark's when it is further (see syncmark.go).
+func (f *offlineLog) durable() int64 {
+	return max(f.cp.flushed, f.segs[0].base, syncedUpTo(f.marks, f.cp.epoch))
+}
 
 // check decodes the record or filler at pos, as recovery and reads do: its
 // header, CRC and epoch (at and past the epoch start, only the current

@@ -234,7 +234,7 @@ func (db *DB) logCommitLog(info commitlog.RecoveryInfo) {
 		lg.Info("opened a store closed cleanly", "dir", db.dir, "checkpoint", info.Checkpoint, "end", info.End)
 	default:
 		lg.Info("opened a store that was not closed cleanly: scanned the commit log from the checkpoint",
-			"dir", db.dir, "checkpoint", info.Checkpoint, "from", info.ScannedFrom, "records", info.Records, "end", info.End)
+			"dir", db.dir, "checkpoint", info.Checkpoint, "from", info.ScannedFrom, "synced", info.Synced, "records", info.Records, "end", info.End)
 		if info.Torn {
 			lg.Info("cut off a record torn by the crash, and everything after it",
 				"dir", db.dir, "position", info.End, "reason", info.Stop)
