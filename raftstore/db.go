@@ -22,8 +22,28 @@ const (
 // ErrClosed is returned by calls made after Close.
 var ErrClosed = errors.New("raftstore: closed")
 
-// ErrCorrupt reports an index or record that fails its checks.
+// ErrCorrupt reports an index, record or file that fails its checks. Every
+// such error raftstore returns matches it with errors.Is, including those
+// of the commit log (which match commitlog.ErrCorrupt too: a record that
+// fails its checksum, in GetLog, Size, OpenDB or Inspect).
 var ErrCorrupt = errors.New("raftstore: corrupt")
+
+// corruptError is an error of the commit log reporting corruption
+// (commitlog.ErrCorrupt), made to match ErrCorrupt as well; its text is
+// the commit log's error's.
+type corruptError struct{ err error }
+
+func (e *corruptError) Error() string   { return e.err.Error() }
+func (e *corruptError) Unwrap() []error { return []error{ErrCorrupt, e.err} }
+
+// corruptAs returns err, made to match ErrCorrupt when it reports
+// corruption of the commit log; nil stays nil.
+func corruptAs(err error) error {
+	if err != nil && errors.Is(err, commitlog.ErrCorrupt) && !errors.Is(err, ErrCorrupt) {
+		return &corruptError{err}
+	}
+	return err
+}
 
 // ErrFailed wraps a failed write or sync of the stable state (stable.0,
 // stable.1), or a failed sync of a group's index directory after a new
@@ -104,7 +124,7 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 	lo.Metrics = db.m
 	if db.log, err = commitlog.Open(filepath.Join(dir, logDirName), lo); err != nil {
 		db.stable.close()
-		return nil, fmt.Errorf("raftstore: %w", err)
+		return nil, corruptAs(fmt.Errorf("raftstore: %w", err))
 	}
 	if err := db.recover(); err != nil {
 		db.closeFiles()

@@ -76,7 +76,7 @@ func (db *DB) recover() error {
 			break
 		}
 		if err != nil {
-			return fmt.Errorf("raftstore: replay from %d: %w", from, err)
+			return corruptAs(fmt.Errorf("raftstore: replay from %d: %w", from, err))
 		}
 		r, err := decodeRecord(rec.Payload)
 		if err != nil {
@@ -124,7 +124,7 @@ func (db *DB) recover() error {
 	if pendingFirst >= 0 {
 		// The tail is a batch without its last entry.
 		if err := db.log.Truncate(pendingFirst); err != nil {
-			return fmt.Errorf("raftstore: remove the incomplete batch at %d: %w", pendingFirst, err)
+			return corruptAs(fmt.Errorf("raftstore: remove the incomplete batch at %d: %w", pendingFirst, err))
 		}
 		db.opts.Logger.Info("removed a batch the crash cut short",
 			"dir", db.dir, "group", pendingGroup, "position", pendingFirst, "entries", len(pending),

@@ -123,7 +123,7 @@ func Inspect(dir string, opts *Options, each func(group uint64, pos int64, l *ra
 	}
 	sc, err := commitlog.NewScanner(logDir, o.logOptions())
 	if err != nil {
-		return nil, fmt.Errorf("raftstore: %w", err)
+		return nil, corruptAs(fmt.Errorf("raftstore: %w", err))
 	}
 	defer sc.Close()
 	replayFrom, states, err := decodeMeta(sc.Meta())
@@ -253,7 +253,7 @@ func inspectPass(sc *commitlog.Scanner, inc incarnations, each func(group uint64
 		if errors.Is(err, ErrCorrupt) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("raftstore: %w", err)
+		return nil, corruptAs(fmt.Errorf("raftstore: %w", err))
 	}
 	p.info = info
 	p.now.dropPending()
@@ -275,7 +275,7 @@ func CutLog(dir string, opts *Options, at int64) error {
 	}
 	// No group state in the meta: recovery replays from the first record.
 	if err := commitlog.Cut(filepath.Join(dir, logDirName), o.logOptions(), at, encodeMeta(0, nil)); err != nil {
-		return fmt.Errorf("raftstore: %w", err)
+		return corruptAs(fmt.Errorf("raftstore: %w", err))
 	}
 	return nil
 }

@@ -103,7 +103,7 @@ func (s *Store) sampleSize(first, last uint64) (float64, error) {
 			continue // compacted while we read
 		}
 		if err != nil {
-			return 0, closedAs(fmt.Errorf("raftstore: group %d size: index %d: %w", s.group, i, err))
+			return 0, corruptAs(closedAs(fmt.Errorf("raftstore: group %d size: index %d: %w", s.group, i, err)))
 		}
 		total += commitlog.HeaderSize + int64(len(rec.Payload))
 		read++

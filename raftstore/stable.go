@@ -39,7 +39,6 @@ package raftstore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"hash/crc32"
 	"maps"
@@ -61,7 +60,7 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-var errStableCorrupt = errors.New("raftstore: stable file corrupt")
+var errStableCorrupt = fmt.Errorf("%w: stable file", ErrCorrupt)
 
 // stableState is every live group's key-value map. Values are never
 // changed in place, so that copies of the maps can share them.

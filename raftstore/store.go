@@ -166,7 +166,7 @@ func (s *Store) GetLog(index uint64, out *raft.Log) error {
 		if errors.Is(err, commitlog.ErrNotFound) && s.first.Load() > index {
 			return raft.ErrLogNotFound // compacted while we read
 		}
-		return closedAs(fmt.Errorf("raftstore: group %d index %d: %w", s.group, index, err))
+		return corruptAs(closedAs(fmt.Errorf("raftstore: group %d index %d: %w", s.group, index, err)))
 	}
 	r, err := decodeRecord(rec.Payload)
 	if err == nil && (r.kind != kindEntry || r.group != s.group || r.log.Index != index) {
