@@ -45,6 +45,14 @@ func corruptAs(err error) error {
 	return err
 }
 
+// ErrInvalidBatch is wrapped by the error of a StoreLogs batch the store
+// refuses, having written nothing: one holding a nil entry, index 0, an
+// index past MaxIndex or indexes that do not increase by one, one that
+// overlaps the stored
+// entries, or (with Options.Monotonic) one that leaves a gap after them.
+// The error names the entry and the cause.
+var ErrInvalidBatch = errors.New("raftstore: invalid StoreLogs batch")
+
 // ErrFailed wraps a failed write or sync of the stable state (stable.0,
 // stable.1), or a failed sync of a group's index directory after a new
 // index file the group needed was created in it. Like a failure of the

@@ -132,10 +132,13 @@
 // and LastIndex are 0 for an empty store. The first batch of an empty store
 // may start at any index; a later batch continues from the last index, or
 // starts past it, and then the store first deletes every entry it holds
-// (unless Options.Monotonic; a batch that overlaps the last index is an
-// error). DeleteRange removes a
-// prefix, a suffix or everything. A missing stable key reads as an empty
-// value or 0.
+// (unless Options.Monotonic). A batch that overlaps the stored entries is
+// refused rather than stored over them (raft deletes a conflicting suffix
+// with DeleteRange first), and so is one with a nil entry, index 0, an
+// index past MaxIndex or indexes that do not increase by one: the error
+// wraps ErrInvalidBatch, names the entry and the cause, and nothing is
+// written. DeleteRange removes a prefix, a suffix or everything. A missing
+// stable key reads as an empty value or 0.
 //
 // # Snapshot installs (hashicorp/raft#697)
 //

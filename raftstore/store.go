@@ -136,8 +136,12 @@ func (s *Store) LastIndex() (uint64, error) {
 func (s *Store) IsMonotonic() bool { return s.db.opts.Monotonic }
 
 // GetLog reads the entry at index into out, which it overwrites with a
-// copy. A missing entry returns raft.ErrLogNotFound itself.
+// copy. A missing entry returns raft.ErrLogNotFound itself; a nil out is
+// an error.
 func (s *Store) GetLog(index uint64, out *raft.Log) error {
+	if out == nil {
+		return fmt.Errorf("raftstore: group %d: GetLog(%d) into a nil *raft.Log", s.group, index)
+	}
 	start := time.Now()
 	s.rw.RLock()
 	defer s.rw.RUnlock()
@@ -188,9 +192,13 @@ func (s *Store) StoreLog(l *raft.Log) error { return s.StoreLogs([]*raft.Log{l})
 // A batch that starts past the next index (raft stores one after
 // installing a snapshot that covers everything the store holds) first
 // deletes every entry the store holds, durably, unless Options.Monotonic
-// is set, which refuses it; a batch that starts at or below the last index
-// is refused. With SyncFlush it returns once the batch is durable. A batch
-// a crash cuts short is never visible.
+// is set, which refuses it. A batch that starts at or below the last index
+// is refused, not stored over the entries it overlaps (raft deletes a
+// conflicting suffix with DeleteRange before it stores the leader's
+// entries); so is a batch holding a nil entry, index 0, an index past
+// MaxIndex, or indexes that do not increase by one: each with an error wrapping ErrInvalidBatch that
+// names the entry, having written nothing. With SyncFlush it returns once
+// the batch is durable. A batch a crash cuts short is never visible.
 func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if len(logs) == 0 {
 		return nil
@@ -204,18 +212,18 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 	if err := s.db.err(); err != nil {
 		return err
 	}
-	for i, l := range logs {
-		if l.Index != logs[0].Index+uint64(i) {
-			return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, l.Index, logs[0].Index+uint64(i)-1)
-		}
-	}
-	if logs[0].Index == 0 {
-		return fmt.Errorf("raftstore: group %d: raft index 0 is not valid", s.group)
+	if err := checkBatch(logs); err != nil {
+		return fmt.Errorf("%w: group %d: %v", ErrInvalidBatch, s.group, err)
 	}
 	last := s.last.Load()
 	switch {
 	case last == 0 || logs[0].Index == last+1:
-	case logs[0].Index > last+1 && !s.db.opts.Monotonic:
+	case logs[0].Index <= last:
+		first := s.first.Load()
+		return fmt.Errorf("%w: group %d: entry %d overlaps the stored entries %d..%d: the next batch starts at %d; "+
+			"to replace entries, delete them with DeleteRange(%d, %d) first, as raft does on a conflict",
+			ErrInvalidBatch, s.group, logs[0].Index, first, last, last+1, logs[0].Index, last)
+	case !s.db.opts.Monotonic:
 		// A gap: what the store holds lies below a snapshot raft
 		// installed. Drop it, so that no stale entry stays below the gap
 		// for a read to find. The segments it frees go at the next
@@ -225,7 +233,8 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		}
 		last = 0
 	default:
-		return fmt.Errorf("raftstore: group %d: entry %d does not follow %d (entries must be contiguous)", s.group, logs[0].Index, last)
+		return fmt.Errorf("%w: group %d: entry %d leaves a gap after the last index %d, which Options.Monotonic refuses: the next batch starts at %d",
+			ErrInvalidBatch, s.group, logs[0].Index, last, last+1)
 	}
 	if err := s.ensureIndexFiles(logs[0].Index, logs[len(logs)-1].Index); err != nil {
 		return err
@@ -302,6 +311,30 @@ func (s *Store) StoreLogs(logs []*raft.Log) error {
 		s.staged = 0
 	}
 	s.db.m.storeLogs(start, len(logs), bytes)
+	return nil
+}
+
+// MaxIndex is the highest raft index a Store stores (2^63-1): StoreLogs
+// refuses an entry past it (ErrInvalidBatch), so that the index files'
+// arithmetic never wraps around. raft's indexes start at 1 and grow by one
+// per entry: a million entries a second reach it in 290,000 years.
+const MaxIndex = math.MaxInt64
+
+// checkBatch returns why a StoreLogs batch is invalid in itself, whatever
+// the store holds, or nil.
+func checkBatch(logs []*raft.Log) error {
+	for i, l := range logs {
+		switch {
+		case l == nil:
+			return fmt.Errorf("entry %d of the batch of %d (counting from 0) is nil", i, len(logs))
+		case l.Index > MaxIndex:
+			return fmt.Errorf("entry %d of the batch has index %d, past MaxIndex (%d)", i, l.Index, uint64(MaxIndex))
+		case i == 0 && l.Index == 0:
+			return errors.New("entry 0 of the batch has raft index 0, which is not valid (raft's indexes start at 1)")
+		case i > 0 && l.Index != logs[i-1].Index+1:
+			return fmt.Errorf("entry %d of the batch has index %d after %d: a batch's indexes must increase by one", i, l.Index, logs[i-1].Index)
+		}
+	}
 	return nil
 }
 
@@ -452,7 +485,10 @@ func (s *Store) dropIndexFiles(drop func(*indexFile) bool) {
 
 // DeleteRange deletes the entries in [min, max], inclusive: a prefix after
 // a snapshot, a suffix on a term conflict, or everything after a snapshot
-// install. It is durable when it returns, in every flush mode.
+// install. It is durable when it returns, in every flush mode. A range
+// that holds no stored entry (min > max among them) deletes nothing; one
+// strictly inside the stored entries, which would leave a hole, is an
+// error.
 func (s *Store) DeleteRange(min, max uint64) error {
 	s.wmu.Lock()
 	err := s.deleteRange(min, max)
