@@ -25,12 +25,14 @@ var ErrClosed = errors.New("raftstore: closed")
 // ErrCorrupt reports an index, record or file that fails its checks. Every
 // such error raftstore returns matches it with errors.Is, including those
 // of the commit log (which match commitlog.ErrCorrupt too: a record that
-// fails its checksum, in GetLog, Size, OpenDB or Inspect).
+// fails its checksum, in GetLog, Size, OpenDB or Inspect), a stable file
+// that does not decode, and a stable state lost to damaged files
+// (ErrStableLost).
 var ErrCorrupt = errors.New("raftstore: corrupt")
 
-// corruptError is an error of the commit log reporting corruption
-// (commitlog.ErrCorrupt), made to match ErrCorrupt as well; its text is
-// the commit log's error's.
+// corruptError is an error made to match ErrCorrupt as well, its text
+// unchanged: one of the commit log reporting corruption
+// (commitlog.ErrCorrupt), or an ErrStableLost of damaged files.
 type corruptError struct{ err error }
 
 func (e *corruptError) Error() string   { return e.err.Error() }
@@ -103,7 +105,9 @@ type DB struct {
 
 // OpenDB opens (or creates) a DB in dir, recovering it after a crash. It
 // refuses, with ErrBoltDBFound, to open a DB that holds no raft state next
-// to a raft-boltdb store (see Options.IgnoreBoltDB).
+// to a raft-boltdb store (see Options.IgnoreBoltDB), and with
+// ErrStableLost one that was used but whose stable state (every group's
+// term and vote) is lost (see Options.UnsafeResetStableState).
 func OpenDB(dir string, opts *Options) (*DB, error) {
 	o, err := opts.withDefaults()
 	if err != nil {
@@ -124,15 +128,17 @@ func OpenDB(dir string, opts *Options) (*DB, error) {
 	if o.goMetrics != nil {
 		db.m.gm = o.goMetrics
 	}
-	if db.stable, err = openStable(o.FS, dir); err != nil {
-		return nil, err
-	}
 	lo := o.logOptions()
 	lo.CheckpointMeta = db.checkpointMeta
 	lo.Metrics = db.m
 	if db.log, err = commitlog.Open(filepath.Join(dir, logDirName), lo); err != nil {
-		db.stable.close()
 		return nil, corruptAs(fmt.Errorf("raftstore: %w", err))
+	}
+	// The stable state after the commit log, whose lock keeps out another
+	// process, and which tells whether a lost stable state held anything.
+	if db.stable, err = openStable(o.FS, dir, db.checkStableLost); err != nil {
+		db.log.Close()
+		return nil, err
 	}
 	if err := db.recover(); err != nil {
 		db.closeFiles()

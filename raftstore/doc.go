@@ -163,6 +163,19 @@
 // the damaged record was written (repair.go). The stable state is never
 // touched.
 //
+// Nor is it repaired. Its two files are written alternately, so a crash
+// leaves one of them valid; when neither is (both damaged or deleted) in a
+// DB that was used, OpenDB refuses it with ErrStableLost, naming the files
+// and what is wrong with each, rather than start every group's raft with
+// term 0 and no vote, which could vote twice in a term; Inspect reports it
+// (Inspection.StableLost). A DB that shows no group, new or with its first
+// stable write torn by a crash, opens without them (stablelost.go). Put
+// the files back, or remove the node from its clusters and start it afresh
+// in an empty directory; Options.UnsafeResetStableState opens such a DB
+// with an empty stable state, for one used only as raft's LogStore. A
+// stable file that cannot be read (an I/O error) fails OpenDB too, rather
+// than being passed over for the other file, whose state may be older.
+//
 // # What it does not do
 //
 // Segments of the commit log are removed only when no group needs them, so

@@ -74,7 +74,9 @@ type Options struct {
 	// off, leftover files removed, the records replayed into the indexes,
 	// a batch the crash cut short removed and the index slots rebuilt per
 	// group; and each group dropped (DB.DropGroup), with a warning if its
-	// index directory could not be removed (the next open removes it).
+	// index directory could not be removed (the next open removes it);
+	// and, as a warning, a lost stable state that UnsafeResetStableState
+	// opened anyway.
 	// Default: nothing is logged (hclog.NewNullLogger).
 	Logger hclog.Logger
 	// IgnoreBoltDB opens a DB that holds no raft state even when a
@@ -82,6 +84,16 @@ type Options struct {
 	// parent, instead of refusing with ErrBoltDBFound: set it to open the
 	// destination of Migrate, or when starting afresh is what you want.
 	IgnoreBoltDB bool
+	// UnsafeResetStableState opens a DB whose stable state is lost
+	// (ErrStableLost: neither stable file is valid, though the DB was
+	// used) with an empty one instead of refusing it: every group starts
+	// with term 0 and no vote, and logs a warning. UNSAFE as raft's
+	// StableStore: a node that forgets its vote can vote twice in a term.
+	// Set it only when raft keeps its term and vote in another
+	// StableStore and the DB is only its LogStore. The stable state also
+	// held where each dropped group was dropped (DB.DropGroup): a group
+	// dropped since the last checkpoint may come back with its entries.
+	UnsafeResetStableState bool
 
 	// goMetrics replaces go-metrics' global functions; for tests.
 	goMetrics goMetrics

@@ -44,6 +44,12 @@ type Inspection struct {
 	Cut int64
 	// Groups describes every group of the DB, in increasing order of id.
 	Groups []GroupInspection
+	// StableLost is the error OpenDB refuses the DB with when its stable
+	// state is lost (wrapping ErrStableLost: neither stable file is valid
+	// though the DB was used), naming each file and what is wrong with
+	// it; nil otherwise. Stable and StableUint64 then return nothing, and
+	// CutLog does not bring the state back.
+	StableLost error
 
 	stable stableState  // the durable stable state; set by Inspect, read-only after
 	floors stableFloors // its floors (drop.go); likewise
@@ -96,7 +102,7 @@ func (in *Inspection) StableUint64(group uint64, key []byte) uint64 {
 // it: every commit-log record (see commitlog.Scanner) and the stable state.
 // It finds the first damaged record, whether it is harmless (see
 // Inspection.Harmless), and what a cut before it would leave of each
-// group.
+// group, and whether the stable state is lost (Inspection.StableLost).
 // each, when not nil, is called with every intact entry, in commit-log
 // order, and its position; the entry's Data and Extensions are valid only
 // during the call.
@@ -113,12 +119,23 @@ func Inspect(dir string, opts *Options, each func(group uint64, pos int64, l *ra
 		return nil, fmt.Errorf("raftstore: read %s: %w", dir, err)
 	}
 	in := &Inspection{Cut: -1}
-	if in.stable, in.floors, err = readStableOffline(o, dir); err != nil {
+	var found *[2]stableFinding
+	if in.stable, in.floors, found, err = readStableOffline(o, dir); err != nil {
 		return nil, err
+	}
+	// stableLost sets StableLost when no stable file is valid though the
+	// DB was used, as OpenDB finds (stablelost.go).
+	stableLost := func(logEnd int64, meta []byte) {
+		if newest(found) == nil {
+			if ev := usedEvidence(&o, dir, logEnd, meta); ev != "" {
+				in.StableLost = stableLostError(dir, found, ev)
+			}
+		}
 	}
 	inc := incarnations{live: func(g uint64) bool { _, ok := in.stable[g]; return ok }, floors: in.floors}
 	logDir := filepath.Join(dir, logDirName)
 	if _, err := o.FS.ReadDir(logDir); errors.Is(err, os.ErrNotExist) {
+		stableLost(0, nil)
 		return in, nil // never opened: nothing to read
 	}
 	sc, err := commitlog.NewScanner(logDir, o.logOptions())
@@ -144,6 +161,7 @@ func Inspect(dir string, opts *Options, each func(group uint64, pos int64, l *ra
 		return nil, err
 	}
 	in.Log = p.info
+	stableLost(p.info.End, sc.Meta())
 	// A damaged record is harmless when nothing reads it: recovery starts
 	// past it, Open does not check it, and no index slot of the groups
 	// the checkpoint describes points at it (slots below where recovery
@@ -334,33 +352,34 @@ func indexReferences(o Options, dir string, states []groupState, positions []int
 }
 
 // readStableOffline reads the durable stable state of the DB in dir
-// without creating or changing its files.
-func readStableOffline(o Options, dir string) (stableState, stableFloors, error) {
-	var best []byte
-	var bestSeq uint64
-	for i := range 2 {
-		path := filepath.Join(dir, fmt.Sprintf("stable.%d", i))
+// without creating or changing its files, and what each file held.
+func readStableOffline(o Options, dir string) (stableState, stableFloors, *[2]stableFinding, error) {
+	var found [2]stableFinding
+	for i := range found {
+		path := stablePath(dir, i)
 		f, err := o.FS.OpenFile(path, os.O_RDONLY, 0)
 		if errors.Is(err, os.ErrNotExist) {
+			found[i] = stableFinding{path: path, size: -1, bad: "missing"}
 			continue
 		}
 		if err != nil {
-			return nil, nil, fmt.Errorf("raftstore: open %s: %w", path, err)
+			return nil, nil, nil, fmt.Errorf("raftstore: open %s: %w", path, err)
 		}
-		b, seq, err := readStable(f)
+		found[i], err = readStable(f, path)
 		f.Close()
-		if err == nil && (best == nil || seq > bestSeq) {
-			best, bestSeq = b, seq
+		if err != nil {
+			return nil, nil, nil, err
 		}
 	}
+	best := newest(&found)
 	if best == nil {
-		return stableState{}, stableFloors{}, nil
+		return stableState{}, stableFloors{}, &found, nil
 	}
-	st, fl, err := decodeStable(best)
+	st, fl, err := decodeStable(best.payload)
 	if err != nil {
-		return nil, nil, fmt.Errorf("%w: %s: %v", errStableCorrupt, dir, err)
+		return nil, nil, nil, fmt.Errorf("%w: %s: %v", errStableCorrupt, best.path, err)
 	}
-	return st, fl, nil
+	return st, fl, &found, nil
 }
 
 // span is a group's range of indexes while Inspect replays its records;

@@ -39,6 +39,7 @@ package raftstore
 
 import (
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"hash/crc32"
 	"maps"
@@ -100,24 +101,84 @@ type stableFile struct {
 	failed  error       // wmu: a failed write makes the state unknown
 }
 
-// openStable opens the stable files in dir, creating them if needed.
-func openStable(fs vfs.FS, dir string) (*stableFile, error) {
+// stableFinding is what one stable file held when it was read.
+type stableFinding struct {
+	path    string
+	size    int64  // -1 when the file does not exist
+	bad     string // why it holds no valid state; "" when it does
+	seq     uint64 // the sequence of a valid file
+	payload []byte // the state of a valid file
+}
+
+func (f *stableFinding) valid() bool { return f.bad == "" }
+
+// damaged reports whether the file holds bytes that fail their checks, as
+// opposed to being missing or empty.
+func (f *stableFinding) damaged() bool { return !f.valid() && f.size > 0 }
+
+// newest returns the valid finding with the higher sequence, nil when
+// neither is valid.
+func newest(found *[2]stableFinding) *stableFinding {
+	var best *stableFinding
+	for i := range found {
+		if f := &found[i]; f.valid() && (best == nil || f.seq > best.seq) {
+			best = f
+		}
+	}
+	return best
+}
+
+// stablePath returns the path of stable file i of the DB in dir.
+func stablePath(dir string, i int) string {
+	return filepath.Join(dir, fmt.Sprintf("stable.%d", i))
+}
+
+// openStable opens the stable files in dir and reads the newer valid one.
+// When neither is valid it calls lost, if not nil, with what each held, and
+// fails with its error, having changed nothing; otherwise it creates the
+// files that are missing.
+func openStable(fs vfs.FS, dir string, lost func(found *[2]stableFinding) error) (*stableFile, error) {
 	s := &stableFile{fs: fs, state: stableState{}, floors: stableFloors{}}
-	created := false
+	var found [2]stableFinding
 	for i := range s.files {
-		s.paths[i] = filepath.Join(dir, fmt.Sprintf("stable.%d", i))
-		f, err := fs.OpenFile(s.paths[i], os.O_RDWR|os.O_CREATE, 0o644)
+		s.paths[i] = stablePath(dir, i)
+		f, err := fs.OpenFile(s.paths[i], os.O_RDWR, 0)
+		if errors.Is(err, os.ErrNotExist) {
+			found[i] = stableFinding{path: s.paths[i], size: -1, bad: "missing"}
+			continue
+		}
 		if err != nil {
 			s.close()
 			return nil, fmt.Errorf("raftstore: open %s: %w", s.paths[i], err)
 		}
 		s.files[i] = f
-		size, err := f.Size()
-		if err != nil {
-			size = -1
+		if found[i], err = readStable(f, s.paths[i]); err != nil {
+			s.close()
+			return nil, err
 		}
-		s.sizes[i] = size
-		created = created || size == 0
+		s.sizes[i] = found[i].size
+	}
+	best := newest(&found)
+	if best == nil && lost != nil {
+		if err := lost(&found); err != nil {
+			s.close()
+			return nil, err
+		}
+	}
+	created := false
+	for i := range s.files {
+		if s.files[i] != nil {
+			// An empty file may be one a crash created without the sync
+			// of the directory below.
+			created = created || found[i].size == 0
+			continue
+		}
+		f, err := fs.OpenFile(s.paths[i], os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			s.close()
+			return nil, fmt.Errorf("raftstore: create %s: %w", s.paths[i], err)
+		}
+		s.files[i], s.sizes[i], created = f, 0, true
 	}
 	if created {
 		if err := fs.SyncDir(dir); err != nil {
@@ -125,54 +186,60 @@ func openStable(fs vfs.FS, dir string) (*stableFile, error) {
 			return nil, fmt.Errorf("raftstore: sync directory %s: %w", dir, err)
 		}
 	}
-	var best []byte
-	for _, f := range s.files {
-		b, seq, err := readStable(f)
-		if err != nil {
-			continue // empty, torn or never written: the other file holds the state
-		}
-		if best == nil || seq > s.seq {
-			best, s.seq = b, seq
-		}
-	}
 	if best != nil {
-		st, fl, err := decodeStable(best)
+		st, fl, err := decodeStable(best.payload)
 		if err != nil {
 			s.close()
-			return nil, fmt.Errorf("%w: %s: %v", errStableCorrupt, dir, err)
+			return nil, fmt.Errorf("%w: %s: %v", errStableCorrupt, best.path, err)
 		}
-		s.state, s.floors = st, fl
+		s.state, s.floors, s.seq = st, fl, best.seq
 	}
 	s.saved, s.savedFloors = s.state.clone(), maps.Clone(s.floors)
 	return s, nil
 }
 
-// readStable reads and checks one stable file, returning its payload.
-func readStable(f vfs.File) ([]byte, uint64, error) {
+// readStable reads and checks the stable file f at path. A file that
+// fails its checks (empty, torn by a crash, damaged) is a finding, with
+// the reason; only a failure to read it is an error.
+func readStable(f vfs.File, path string) (stableFinding, error) {
 	size, err := f.Size()
 	if err != nil {
-		return nil, 0, err
+		return stableFinding{}, fmt.Errorf("raftstore: read %s: %w", path, err)
 	}
-	if size < stableHeader+4 || size > 1<<30 {
-		return nil, 0, errStableCorrupt
+	found := stableFinding{path: path, size: size}
+	bad := func(format string, args ...any) (stableFinding, error) {
+		found.bad = fmt.Sprintf(format, args...)
+		return found, nil
+	}
+	switch {
+	case size == 0:
+		return bad("empty")
+	case size < stableHeader+4:
+		return bad("%d bytes, shorter than a header", size)
+	case size > 1<<30:
+		return bad("%d bytes, more than a stable file holds", size)
 	}
 	b := make([]byte, size)
 	if _, err := f.ReadAt(b, 0); err != nil {
-		return nil, 0, err
+		return stableFinding{}, fmt.Errorf("raftstore: read %s: %w", path, err)
 	}
-	if string(b[0:4]) != stableMagic || binary.LittleEndian.Uint32(b[4:8]) != stableVersion {
-		return nil, 0, errStableCorrupt
+	if string(b[0:4]) != stableMagic {
+		return bad("%d bytes without the stable-file magic", size)
+	}
+	if v := binary.LittleEndian.Uint32(b[4:8]); v != stableVersion {
+		return bad("version %d, not %d", v, stableVersion)
 	}
 	seq := binary.LittleEndian.Uint64(b[8:16])
 	n := int64(binary.LittleEndian.Uint32(b[16:20]))
 	if stableHeader+n+4 > size {
-		return nil, 0, errStableCorrupt
+		return bad("its header says %d bytes of state, the file of %d bytes holds fewer", n, size)
 	}
 	end := stableHeader + n
 	if crc32.Checksum(b[:end], castagnoli) != binary.LittleEndian.Uint32(b[end:end+4]) {
-		return nil, 0, errStableCorrupt
+		return bad("checksum mismatch (sequence %d, %d bytes of state)", seq, n)
 	}
-	return b[stableHeader:end], seq, nil
+	found.seq, found.payload = seq, b[stableHeader:end]
+	return found, nil
 }
 
 // floorsTag introduces the floors section of a stable payload. Wire format.
