@@ -152,6 +152,11 @@ func (r *Repair) prepare() error {
 	if err != nil {
 		return err
 	}
+	if in.StableLost != nil {
+		// A cut cannot bring back a term and a vote: the node would still
+		// refuse to start, and started without them it could vote twice.
+		return fmt.Errorf("node: repair: %w; repair cannot restore them: wipe the data dir and start the node with --join (see the README's Repair and Membership sections)", in.StableLost)
+	}
 	def, err := newLogRepair(in, 0, transport.DefaultLog, filepath.Join(r.DataDir, "snapshots"), confs[0])
 	if err != nil {
 		return err

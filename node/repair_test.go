@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -399,4 +400,32 @@ func TestRepairHarmlessBelowFloor(t *testing.T) {
 	back := c.start("n1", nil)
 	c.waitLeader()
 	sameRecords(t, "after restart", readAll(t, back, false), want)
+}
+
+// A data dir whose stable state (term and vote) is lost: the node refuses
+// to start, and so does repair, which cannot bring it back, each saying
+// what to do instead. Repair used to report term 0 and offer a cut after
+// which the node still refused to start.
+func TestRepairRefusesLostStableState(t *testing.T) {
+	c := newTestCluster(t, 1, nil)
+	n := c.nodes["n1"]
+	appendN(t, dial(t, n), "r", 5)
+	dir := n.cfg.DataDir
+	c.stop("n1")
+	for _, name := range []string{"stable.0", "stable.1"} {
+		if err := os.Remove(filepath.Join(dir, "store", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Start(context.Background(), n.cfg); !errors.Is(err, raftstore.ErrStableLost) {
+		t.Fatalf("Start with the stable files gone: %v, want ErrStableLost", err)
+	}
+	before := testdamage.TreeDigest(t, dir)
+	_, err := PrepareRepair(dir)
+	if !errors.Is(err, raftstore.ErrStableLost) || !strings.Contains(err.Error(), "--join") {
+		t.Fatalf("PrepareRepair with the stable files gone: %v, want ErrStableLost and what to do", err)
+	}
+	if testdamage.TreeDigest(t, dir) != before {
+		t.Fatal("a refused repair changed the data dir")
+	}
 }
