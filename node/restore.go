@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/backup"
+	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/commitlog/vfs"
 	"github.com/raftlog/raftlog/raftstore"
 	"github.com/raftlog/raftlog/replica"
@@ -95,6 +97,12 @@ type RestoreInfo struct {
 	Summary backup.Summary
 	// Sessions is the number of client sessions the state carried over.
 	Sessions int
+	// DroppedLogs names, in order, the named logs the backup's catalog
+	// listed. A default log's backup holds none of their records (each
+	// has its own: node backup --log), so the new cluster starts without
+	// them, and without the old cluster's nodes in its catalog; restore
+	// each into it from its own backup (transport.OpRestoreLog).
+	DroppedLogs []string
 }
 
 // Restore reads a backup from in and writes the data dir of node cfg.ID of
@@ -122,11 +130,11 @@ func Restore(in io.Reader, cfg RestoreConfig) (info RestoreInfo, err error) {
 	if name := info.Header.Log.Name; name != backup.DefaultLog {
 		return info, fmt.Errorf("%w %q, not of the default log", ErrNamedLogBackup, name)
 	}
-	state, want, sessions, err := restoredState(br.State(), info.Header)
+	state, want, sessions, dropped, err := restoredState(br.State(), info.Header)
 	if err != nil {
 		return info, err
 	}
-	info.Sessions = sessions
+	info.Sessions, info.DroppedLogs = sessions, dropped
 
 	if err := vfs.Default.MkdirAll(dir, 0o755); err != nil {
 		return info, fmt.Errorf("node: restore: create %s: %w", dir, err)
@@ -155,7 +163,7 @@ func Restore(in io.Reader, cfg RestoreConfig) (info RestoreInfo, err error) {
 		return info, err
 	}
 	cfg.Logger.Info("restored a backup", "index", info.Header.Index, "term", info.Header.Term, "floor", info.Header.Floor,
-		"entries", info.Summary.Entries, "sessions", sessions, "data_dir", dir)
+		"entries", info.Summary.Entries, "sessions", sessions, "dropped_logs", dropped, "data_dir", dir)
 	return info, nil
 }
 
@@ -238,18 +246,41 @@ func undoRestore(dir string, existed bool, logger hclog.Logger) {
 
 // restoredState checks the backup's state against its header and returns
 // the state the restored nodes start from (the old members' client
-// addresses forgotten), the entries' size by its byte ledger and the
-// number of client sessions.
-func restoredState(state []byte, hdr backup.Header) ([]byte, uint64, int, error) {
-	out, bytes, sessions, err := replica.RestoredState(state, hdr.Floor)
+// addresses and the catalog forgotten), the entries' size by its byte
+// ledger, the number of client sessions and the names of the named logs
+// the catalog listed.
+//
+// The catalog goes: it lists the old cluster's nodes, on which placement
+// would put new logs' replicas, and named logs whose records this backup
+// does not hold, which would stay in the new cluster's catalog with no
+// replica able to serve them and their names taken. The new cluster starts
+// its catalog afresh, from its own nodes, at its first log.
+func restoredState(state []byte, hdr backup.Header) ([]byte, uint64, int, []string, error) {
+	out, recordBytes, sessions, err := replica.RestoredLogState(state, hdr.Floor)
 	switch {
 	case errors.Is(err, replica.ErrStateVersion):
-		return nil, 0, 0, fmt.Errorf("node: restore: %w: the state machine's state in it has version %d; this node reads 1 to %d (a backup from a newer raftlog)",
+		return nil, 0, 0, nil, fmt.Errorf("node: restore: %w: the state machine's state in it has version %d; this node reads 1 to %d (a backup from a newer raftlog)",
 			backup.ErrUnsupportedVersion, state[0], replica.StateVersion)
 	case err != nil:
-		return nil, 0, 0, fmt.Errorf("node: restore: %w: %v", backup.ErrCorrupt, err)
+		return nil, 0, 0, nil, fmt.Errorf("node: restore: %w: %v", backup.ErrCorrupt, err)
 	}
-	return out, bytes, sessions, nil
+	sum, err := replica.SummarizeState(state)
+	if err != nil {
+		return nil, 0, 0, nil, fmt.Errorf("node: restore: %w: %v", backup.ErrCorrupt, err)
+	}
+	var dropped []string
+	if len(sum.Control) > 0 {
+		cat, err := catalog.ReadSnapshot(bytes.NewReader(sum.Control))
+		if err != nil {
+			return nil, 0, 0, nil, fmt.Errorf("node: restore: %w: the catalog in its state: %v", backup.ErrCorrupt, err)
+		}
+		for _, l := range cat.LogsByName() {
+			if l.ID != 0 && l.State == catalog.LogActive {
+				dropped = append(dropped, l.Name)
+			}
+		}
+	}
+	return out, recordBytes, sessions, dropped, nil
 }
 
 // restoreLog stores the backup's entries in the first archive group of a

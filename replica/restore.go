@@ -256,12 +256,14 @@ func writeRestoreStream(w io.Writer, state []byte, term uint64, next func() (*ra
 }
 
 // RestoredLogState reads the state machine state of a backup whose first
-// retained index is floor, for a restore into a running named log: as
-// RestoredState, the members' client addresses forgotten, and its control
-// state too (a default log's backup carries the catalog, which a named log
-// does not; and a log's mark of a restore must not come back with it). It
-// returns the state, the records' size by its ledger and the number of
-// client sessions.
+// retained index is floor: as RestoredState, the members' client addresses
+// forgotten, and its control state too. A restore into a running named log
+// uses it (a default log's backup carries the catalog, which a named log
+// does not; and a log's mark of a restore must not come back with it), and
+// so does the restore of a new cluster's default log (the catalog lists
+// the old cluster's nodes, and named logs whose records are in their own
+// backups). It returns the state, the records' size by its ledger and the
+// number of client sessions.
 func RestoredLogState(state []byte, floor uint64) ([]byte, uint64, int, error) {
 	return restoredState(state, floor, true)
 }

@@ -217,6 +217,7 @@ type StateSummary struct {
 	RecordBytes uint64            // the retained records' size by the byte ledger
 	Sessions    int               // client sessions
 	Members     map[string]string // node id to client address
+	Control     []byte            // the control state as encoded (see Control), nil when none
 }
 
 // SummarizeState decodes an encoded state (FSM.State, SnapFile.State).
@@ -227,5 +228,5 @@ func SummarizeState(state []byte) (StateSummary, error) {
 	if err := f.decodeLocked(state); err != nil {
 		return StateSummary{}, err
 	}
-	return StateSummary{Floor: f.floor, RecordBytes: f.total - f.floorCum, Sessions: len(f.sessions), Members: f.members}, nil
+	return StateSummary{Floor: f.floor, RecordBytes: f.total - f.floorCum, Sessions: len(f.sessions), Members: f.members, Control: f.controlBlob}, nil
 }

@@ -286,6 +286,13 @@ address where a member of the old cluster still runs.
 		"start the node with: node serve --id %s --data-dir %s --bootstrap %s (and its addresses)\n",
 		info.Header.Index, info.Header.Term, cfg.DataDir, info.Summary.Entries, info.Header.Floor, info.Sessions,
 		cfg.ID, cfg.DataDir, strings.Join(peers, ","))
+	if n := len(info.DroppedLogs); n > 0 {
+		what := fmt.Sprintf("%d named logs (%s), whose records a backup of the default log does not hold: the new cluster starts without them", n, strings.Join(info.DroppedLogs, ", "))
+		if n == 1 {
+			what = fmt.Sprintf("the named log %s, whose records a backup of the default log does not hold: the new cluster starts without it", info.DroppedLogs[0])
+		}
+		fmt.Fprintf(e.stdout, "the backup's catalog lists %s; once it runs, restore each named log from its own backup: node restore --log NAME --in FILE --addrs ADDRS\n", what)
+	}
 	return nil
 }
 
