@@ -784,14 +784,22 @@ func (n *Node) deleteLog(ctx context.Context, r *transport.DeleteLogRequest) (*t
 }
 
 // listLogs serves ListLogs from the node's copy of the catalog, sorted by
-// name.
+// name; a log's leader is named when the node holds a replica of the log
+// (its raft knows the leader).
 func (n *Node) listLogs() *transport.ListLogsResponse {
 	s := n.catalog.State()
 	resp := &transport.ListLogsResponse{Logs: []transport.LogInfo{n.defaultLogInfo()}}
 	for _, l := range s.LogsByName() {
-		if l.ID != catalog.DefaultID {
-			resp.Logs = append(resp.Logs, logInfo(l))
+		if l.ID == catalog.DefaultID {
+			continue
 		}
+		info := logInfo(l)
+		if h := n.host.hosted(l.ID); h != nil {
+			if _, id := h.r.Raft().LeaderWithID(); id != "" {
+				info.LeaderID = string(id)
+			}
+		}
+		resp.Logs = append(resp.Logs, info)
 	}
 	slices.SortFunc(resp.Logs, func(a, b transport.LogInfo) int { return strings.Compare(a.Name, b.Name) })
 	return resp

@@ -170,7 +170,9 @@ func cmdLogList(ctx context.Context, e *env, args []string) error {
 	fs := newFlagSet(e, "log list", "", `
 Lists the cluster's logs, the default log and those being deleted included,
 as the answering node's copy of the catalog has them: name, id, replicas,
-retention, state, leader (when that node knows it) and members.`)
+retention, state, leader and members. The leader of a log the answering
+node holds no replica of is asked for (a log whose leader does not answer
+within 5s shows none: -).`)
 	cf.define(fs)
 	fs.BoolVar(&asJSON, "json", false, "print a JSON array of logs instead of a table")
 	if err := parseClusterCmd(fs, &cf, args); err != nil {
@@ -185,6 +187,7 @@ retention, state, leader (when that node knows it) and members.`)
 	if err != nil {
 		return err
 	}
+	addLeaders(ctx, c, logs, cf.timeout)
 	if asJSON {
 		out := make([]logJSON, len(logs))
 		for i, l := range logs {

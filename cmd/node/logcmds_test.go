@@ -217,8 +217,8 @@ func TestLogCommands(t *testing.T) {
 
 	want := `NAME     ID  REPLICAS  RETENTION  STATE   LEADER  MEMBERS
 default  0   1         none       active  n1      n1
-events   2   1         none       active  -       n1
-orders   1   3         1GiB, 7d   active  -       n1,n2,n3
+events   2   1         none       active  n1      n1
+orders   1   3         1GiB, 7d   active  n1      n1,n2,n3
 `
 	if out := must("log", "list"); out != want {
 		t.Errorf("log list:\n%s\nwant:\n%s", out, want)

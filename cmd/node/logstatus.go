@@ -36,20 +36,29 @@ const (
 )
 
 // queryLogs lists the cluster's logs and asks each active log's leader to
-// describe it, describeParallel at a time, each within describeTimeout (or
-// timeout, when shorter). The error is ListLogs's; a log whose leader did
-// not answer gets a row with the error.
+// describe it (describeLogs). The error is ListLogs's; a log whose leader
+// did not answer gets a row with the error.
 func queryLogs(ctx context.Context, c *client.Client, timeout time.Duration) ([]logRow, error) {
 	logs, err := c.ListLogs(ctx)
 	if err != nil {
 		return nil, err
 	}
 	rows := make([]logRow, len(logs))
-	sem := make(chan struct{}, describeParallel)
-	var wg sync.WaitGroup
 	for i, l := range logs {
 		rows[i].info = l
-		if l.State != transport.LogActive {
+	}
+	describeLogs(ctx, c, rows, timeout, func(l transport.LogInfo) bool { return l.State == transport.LogActive })
+	return rows, nil
+}
+
+// describeLogs asks the leader of each log of rows that want selects to
+// describe it, describeParallel at a time, each within describeTimeout (or
+// timeout, when shorter), and sets the row's description or error.
+func describeLogs(ctx context.Context, c *client.Client, rows []logRow, timeout time.Duration, want func(transport.LogInfo) bool) {
+	sem := make(chan struct{}, describeParallel)
+	var wg sync.WaitGroup
+	for i := range rows {
+		if !want(rows[i].info) {
 			continue
 		}
 		wg.Add(1)
@@ -59,11 +68,27 @@ func queryLogs(ctx context.Context, c *client.Client, timeout time.Duration) ([]
 			defer func() { <-sem }()
 			dctx, cancel := context.WithTimeout(ctx, min(timeout, describeTimeout))
 			defer cancel()
-			rows[i].d, rows[i].err = c.DescribeLog(dctx, l.Name)
+			rows[i].d, rows[i].err = c.DescribeLog(dctx, rows[i].info.Name)
 		}()
 	}
 	wg.Wait()
-	return rows, nil
+}
+
+// addLeaders names the leader of each active log of logs that the node
+// answering ListLogs did not name (it holds no replica of the log), as
+// the log's leader describes itself; a log whose leader does not answer
+// within describeTimeout keeps none.
+func addLeaders(ctx context.Context, c *client.Client, logs []transport.LogInfo, timeout time.Duration) {
+	rows := make([]logRow, len(logs))
+	for i, l := range logs {
+		rows[i].info = l
+	}
+	describeLogs(ctx, c, rows, timeout, func(l transport.LogInfo) bool { return l.State == transport.LogActive && l.LeaderID == "" })
+	for i, r := range rows {
+		if r.d != nil && r.err == nil {
+			logs[i].LeaderID = r.d.Log.LeaderID
+		}
+	}
 }
 
 // inConfig counts the members of d that are voters the catalog has the

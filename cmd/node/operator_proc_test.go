@@ -1,0 +1,88 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// logCluster is a cluster of "node serve" processes with two named logs,
+// orders (3 replicas) and solo (1 replica), for the tests of what an
+// operator sees of them through the binary.
+type logCluster struct {
+	h     *serveHarness
+	nodes []*procNode
+	addrs string // every node's client address, comma-separated
+}
+
+// startLogCluster starts 3 nodes and creates orders and solo.
+func startLogCluster(t *testing.T) *logCluster {
+	t.Helper()
+	h := newServeHarness(t)
+	nodes, addrs := startProcCluster(t, h, 3, "n", "")
+	lc := &logCluster{h: h, nodes: nodes, addrs: addrs}
+	h.mustCLI("log", "create", "orders", "--replicas", "3", "--addrs", addrs)
+	h.mustCLI("log", "create", "solo", "--replicas", "1", "--addrs", addrs)
+	for _, name := range []string{"orders", "solo"} {
+		lc.info(t, name)
+	}
+	return lc
+}
+
+// info returns "log info NAME --json", once the log has a leader.
+func (lc *logCluster) info(t *testing.T, name string) infoJSON {
+	t.Helper()
+	var in infoJSON
+	waitUntil(t, time.Minute, "a leader of log "+name, func() bool {
+		out, _, code := lc.h.cli("log", "info", name, "--json", "--addrs", lc.addrs, "--timeout", "5s")
+		in = infoJSON{}
+		return code == 0 && json.Unmarshal([]byte(out), &in) == nil && in.LeaderID != ""
+	})
+	return in
+}
+
+// list returns "log list --json" as the node at addr answers it.
+func (lc *logCluster) list(t *testing.T, addr string) []logJSON {
+	t.Helper()
+	var logs []logJSON
+	if out := lc.h.mustCLI("log", "list", "--json", "--addrs", addr); json.Unmarshal([]byte(out), &logs) != nil {
+		t.Fatalf("log list --json: %s", out)
+	}
+	return logs
+}
+
+// TestLogCommandsProcesses runs the log commands against a cluster of
+// "node serve" processes and checks what they print.
+func TestLogCommandsProcesses(t *testing.T) {
+	lc := startLogCluster(t)
+
+	// log list names each log's leader, whichever node answers, the one
+	// the log's leader describes itself as (leadership may move while
+	// they settle: poll until the two agree).
+	t.Run("list shows leaders", func(t *testing.T) {
+		for _, p := range lc.nodes {
+			var why string
+			waitUntil(t, 30*time.Second, "log list at "+p.id+" naming every log's leader", func() bool {
+				logs := lc.list(t, p.client)
+				for _, l := range logs {
+					if want := lc.info(t, l.Name).LeaderID; l.LeaderID != want {
+						if w := fmt.Sprintf("log list at %s: log %s led by %q, log info says %q", p.id, l.Name, l.LeaderID, want); w != why {
+							why = w
+							t.Log(why)
+						}
+						return false
+					}
+				}
+				return len(logs) == 3
+			})
+			table := lc.h.mustCLI("log", "list", "--addrs", p.client)
+			for _, line := range strings.Split(strings.TrimSpace(table), "\n")[1:] {
+				if f := strings.Fields(line); len(f) < 7 || f[5] == "-" {
+					t.Errorf("log list at %s shows no leader: %q", p.id, line)
+				}
+			}
+		}
+	})
+}
