@@ -230,7 +230,9 @@ leader, first/last/commit index and bytes, and a table of its members with
 their role (Leader, Follower; Nonvoter while a new replica catches up;
 Pending while the catalog names a member the group does not hold yet;
 Leaving while a replica moved away is removed) and whether each has caught
-up with the leader (known of the leader only).`)
+up with the leader: CAUGHT UP is yes for the leader and unknown for the
+others (the leader's node does not learn a follower's progress; with
+--json, caught_up is false when unknown).`)
 	cf.define(fs)
 	fs.BoolVar(&asJSON, "json", false, "print a JSON object instead of tables")
 	rest, err := fs.parse(args)

@@ -291,7 +291,7 @@ bytes         1.5KiB
 NODE  ADDRESS` + strings.Repeat(" ", max(0, len(s.addr)-len("ADDRESS"))) + `  ROLE      CAUGHT UP
 n1    ` + s.addr + `  Leader    yes
 n2    -` + strings.Repeat(" ", len(s.addr)-1) + `  Follower  yes
-n3    -` + strings.Repeat(" ", len(s.addr)-1) + `  Nonvoter  no
+n3    -` + strings.Repeat(" ", len(s.addr)-1) + `  Nonvoter  unknown
 `
 	if out := must("log", "info", "orders"); out != wantInfo {
 		t.Errorf("log info:\n%s\nwant:\n%s", out, wantInfo)

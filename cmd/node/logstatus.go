@@ -145,12 +145,15 @@ func writeLogsTable(w io.Writer, rows []logRow) error {
 }
 
 // writeMemberTable writes the members of d, with their address, role and
-// whether each has caught up, as an aligned table with a header.
+// whether each has caught up, as an aligned table with a header. CAUGHT UP
+// is "yes" or "unknown", never "no": a description's CaughtUp is false
+// also when the answering node does not know (raftlog's nodes know it of
+// the leader only).
 func writeMemberTable(w io.Writer, d *transport.DescribeLogResponse) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "NODE\tADDRESS\tROLE\tCAUGHT UP")
 	for _, m := range d.Members {
-		caught := "no"
+		caught := "unknown"
 		if m.CaughtUp {
 			caught = "yes"
 		}

@@ -81,7 +81,7 @@ orders  active  n1      2/3       n1,n2,n3(Nonvoter)  1      2     2       1.5Ki
 NODE  ADDRESS` + strings.Repeat(" ", max(0, len(s.addr)-len("ADDRESS"))) + `  ROLE      CAUGHT UP
 n1    ` + s.addr + `  Leader    yes
 n2    -` + strings.Repeat(" ", len(s.addr)-1) + `  Follower  yes
-n3    -` + strings.Repeat(" ", len(s.addr)-1) + `  Nonvoter  no
+n3    -` + strings.Repeat(" ", len(s.addr)-1) + `  Nonvoter  unknown
 `
 	if out := must(s.addr, "status", "--log", "orders"); out != wantOne {
 		t.Errorf("status --log orders:\n%s\nwant:\n%s", out, wantOne)

@@ -85,4 +85,25 @@ func TestLogCommandsProcesses(t *testing.T) {
 			}
 		}
 	})
+	// The leader knows that it has caught up with itself, and nothing of
+	// its followers: log info says so, rather than "no".
+	t.Run("info caught up unknown", func(t *testing.T) {
+		lc.info(t, "orders")
+		out := lc.h.mustCLI("log", "info", "orders", "--addrs", lc.addrs)
+		_, members, _ := strings.Cut(out, "\n\n")
+		rows := strings.Split(strings.TrimSpace(members), "\n")
+		if len(rows) != 4 || !strings.HasSuffix(rows[0], "CAUGHT UP") {
+			t.Fatalf("log info orders: %s", out)
+		}
+		for _, row := range rows[1:] {
+			f := strings.Fields(row)
+			want := "unknown"
+			if f[2] == "Leader" {
+				want = "yes"
+			}
+			if len(f) != 4 || f[3] != want {
+				t.Errorf("log info orders: member row %q, want caught up %q", row, want)
+			}
+		}
+	})
 }
