@@ -122,68 +122,29 @@ func TestAppendStdinProcesses(t *testing.T) {
 	nodes, addrs := startProcCluster(t, h, 3, "n", "")
 	h.mustCLI("append", "--addrs", addrs, "--timeout", "30s", "warm-up") // waits for a leader
 
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, h.bin, "append", "--addrs", addrs, "--stdin", "--batch", "3", "--in-flight", "32", "--timeout", "30s")
-	cmd.Env = cleanEnv()
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	printed := make(chan string, 1<<16)
-	go func() {
-		sc := bufio.NewScanner(stdout)
-		for sc.Scan() {
-			printed <- sc.Text()
-		}
-		close(printed)
-	}()
-	var out []string
-	waitPrinted := func(n int) {
-		t.Helper()
-		timeout := time.After(time.Minute)
-		for len(out) < n {
-			select {
-			case l, ok := <-printed:
-				if !ok {
-					t.Fatalf("append exited after printing %d indexes, want %d; stderr %q", len(out), n, stderr.String())
-				}
-				out = append(out, l)
-			case <-timeout:
-				t.Fatalf("append printed %d indexes within a minute, want %d", len(out), n)
-			}
-		}
-	}
+	p := h.startPiped("append", "--addrs", addrs, "--stdin", "--batch", "3", "--in-flight", "32", "--timeout", "30s")
+	waitPrinted := func(n int) { t.Helper(); p.waitPrinted(t, n, time.Minute) }
 
 	// Lines go in chunks, each once all but the last two chunks are
 	// printed, so that appends are in flight whenever the leader dies.
 	const total, chunk = 3000, 60
 	var leader *procNode
 	for written := 0; written < total; written += chunk {
-		if _, err := io.WriteString(stdin, lines("p", written, chunk)); err != nil {
+		if _, err := io.WriteString(p.stdin, lines("p", written, chunk)); err != nil {
 			t.Fatal(err)
 		}
 		if written >= total/3 && leader == nil {
 			leader = leaderOf(t, h, nodes, addrs)
 			leader.cmd.Process.Kill() // this test's own process, by its pid
 			<-leader.exited
-			t.Logf("killed the leader %s with %d lines written and %d indexes printed", leader.id, written+chunk, len(out))
+			t.Logf("killed the leader %s with %d lines written and %d indexes printed", leader.id, written+chunk, len(p.out))
 		}
 		waitPrinted(written - chunk)
 	}
-	stdin.Close()
+	p.stdin.Close()
 	waitPrinted(total)
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("append --stdin: %v; stderr %q", err, stderr.String())
+	if code := p.wait(t, time.Minute); code != 0 {
+		t.Fatalf("append --stdin: exit status %d; stderr %q", code, p.stderr.String())
 	}
 
 	var live []string
@@ -192,7 +153,7 @@ func TestAppendStdinProcesses(t *testing.T) {
 			live = append(live, n.client)
 		}
 	}
-	idx := parseIndexes(t, strings.Join(out, "\n"))
+	idx := parseIndexes(t, strings.Join(p.out, "\n"))
 	got := h.mustCLI("read", "--addrs", strings.Join(live, ","), "--from", strconv.FormatUint(idx[0], 10))
 	gotIdx, data := parseRecords(t, got)
 	if strings.Join(data, "\n")+"\n" != lines("p", 0, total) {
@@ -201,6 +162,94 @@ func TestAppendStdinProcesses(t *testing.T) {
 	if fmt.Sprint(gotIdx) != fmt.Sprint(idx) {
 		t.Fatal("the indexes printed are not those the lines were stored at")
 	}
+}
+
+// pipedCLI is a CLI process that the test writes stdin to through a pipe
+// and whose stdout it reads a line at a time.
+type pipedCLI struct {
+	cmd     *exec.Cmd
+	stdin   io.WriteCloser
+	printed chan string   // the lines of its stdout; closed at its end
+	out     []string      // the lines taken from printed (waitPrinted)
+	stderr  bytes.Buffer  // read it once exited is closed
+	exited  chan struct{} // closed once cmd.Wait returned
+}
+
+// startPiped starts the binary with args, its stdin a pipe; the process
+// is killed at the end of the test if it still runs.
+func (h *serveHarness) startPiped(args ...string) *pipedCLI {
+	h.t.Helper()
+	p := &pipedCLI{printed: make(chan string, 1<<16), exited: make(chan struct{})}
+	p.cmd = exec.Command(h.bin, args...)
+	p.cmd.Env = cleanEnv()
+	p.cmd.Stderr = &p.stderr
+	var err error
+	if p.stdin, err = p.cmd.StdinPipe(); err != nil {
+		h.t.Fatal(err)
+	}
+	stdout, err := p.cmd.StdoutPipe()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	if err := p.cmd.Start(); err != nil {
+		h.t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(stdout)
+		for sc.Scan() {
+			p.printed <- sc.Text()
+		}
+		close(p.printed)
+		p.cmd.Wait() // after the last read of stdout, as Wait closes it
+		close(p.exited)
+	}()
+	h.t.Cleanup(func() {
+		p.stdin.Close()
+		select {
+		case <-p.exited:
+		default:
+			p.cmd.Process.Kill() // only this test's own process, by its pid
+			<-p.exited
+		}
+	})
+	return p
+}
+
+// waitPrinted waits until the process printed n lines in all, for at most
+// d.
+func (p *pipedCLI) waitPrinted(t *testing.T, n int, d time.Duration) {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	for len(p.out) < n {
+		select {
+		case l, ok := <-p.printed:
+			if !ok {
+				<-p.exited
+				t.Fatalf("%s exited after printing %d lines, want %d; stderr %q", p.cmd.Args[1], len(p.out), n, p.stderr.String())
+			}
+			p.out = append(p.out, l)
+		case <-timer.C:
+			t.Fatalf("%s printed %d lines within %v, want %d", p.cmd.Args[1], len(p.out), d, n)
+		}
+	}
+}
+
+// wait waits up to d for the process to exit, takes the rest of what it
+// printed, and returns its exit status.
+func (p *pipedCLI) wait(t *testing.T, d time.Duration) int {
+	t.Helper()
+	timer := time.NewTimer(d)
+	defer timer.Stop()
+	select {
+	case <-p.exited:
+	case <-timer.C:
+		t.Fatalf("%s did not exit within %v", p.cmd.Args[1], d)
+	}
+	for l := range p.printed {
+		p.out = append(p.out, l)
+	}
+	return p.cmd.ProcessState.ExitCode()
 }
 
 // leaderOf returns the node that status says leads.

@@ -159,13 +159,19 @@ func cmdAppend(ctx context.Context, e *env, args []string) error {
 Appends records, given as arguments or read as lines from stdin, and prints
 the index of each, one a line, once the cluster has committed it.
 
-With --stdin, lines are sent as they are read, --batch lines per append,
-with up to --in-flight appends in flight; the client packs the appends
-waiting into as few requests as it can and sends one request at a time, so
-the lines are stored in input order. Indexes are printed in input order.
+With --stdin, a line is sent as soon as it is read, together with the
+lines already read after it, up to --batch lines per append; while
+--in-flight appends are in flight, the lines read meanwhile wait and go
+together. The client packs the appends waiting into as few requests as it
+can and sends one request at a time, so the lines are stored in input
+order. Indexes are printed in input order, as the lines commit.
 When an append fails, the command sends nothing more and fails, naming its
 lines: the lines before them were stored (their indexes are printed); those
-after them were not, or may have been if they were already in flight.`)
+after them were not, or may have been if they were already in flight.
+SIGINT (Ctrl-C) or SIGTERM stops it at once, even while it waits for
+input: it sends nothing more, waits up to 5s for the appends in flight,
+prints the indexes of those acknowledged, says on stderr which lines were
+appended and which may or may not have been, and exits with status 130.`)
 	cf.define(fs)
 	fs.BoolVar(&stdin, "stdin", false, "append the lines of stdin (without their line ends) instead of arguments")
 	fs.IntVar(&batch, "batch", batch, "with --stdin, send up to this many `lines` in one append")
@@ -220,74 +226,189 @@ after them were not, or may have been if they were already in flight.`)
 	return appendLines(ctx, lg, e.stdin, w, batch, inFlight)
 }
 
-// appendLines appends the lines of r, batch lines per append, with up to
-// inFlight appends in flight, and prints their indexes to w in input order
-// as they commit. It stops at the first append that fails.
+// interruptGrace bounds how long an interrupted append --stdin waits for
+// the appends in flight to complete, so that it can report them.
+const interruptGrace = 5 * time.Second
+
+// appendLines appends the lines of r and prints their indexes to w in
+// input order as they commit. A line is sent as soon as it is read, with
+// the lines already read after it, up to batch lines (or appendBatchBytes)
+// per append; while inFlight appends are in flight, the lines read wait
+// and go together once one completes. It stops at the first append that
+// fails. When ctx ends (SIGINT, SIGTERM) it stops reading and sending at
+// once, waits up to interruptGrace for the appends in flight, prints the
+// indexes of those acknowledged and returns an error wrapping
+// errInterrupted that says which lines were appended.
 func appendLines(ctx context.Context, lg *client.Log, r io.Reader, w *bufio.Writer, batch, inFlight int) error {
+	// The appends run on actx, not ctx, so that an interrupt leaves those
+	// in flight to complete; actx ends after a failure (nothing more is
+	// stored) or once an interrupted command has waited long enough.
+	actx, cancelAppends := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelAppends()
+
+	// The reader goroutine blocks in reads of r; this one never does, so
+	// that it sends what was read at once and sees an interrupt at once.
+	quit := make(chan struct{})
+	defer close(quit)
+	in := make(chan []byte, batch)
+	var readErr error // set before in is closed
+	go func() {
+		defer close(in)
+		sc := bufio.NewScanner(r)
+		sc.Buffer(make([]byte, 64<<10), maxLine)
+		for sc.Scan() {
+			select {
+			case in <- append([]byte(nil), sc.Bytes()...):
+			case <-quit:
+				return
+			}
+		}
+		readErr = sc.Err()
+	}()
+
 	type sent struct {
 		f           *client.AppendFuture
 		first, last int // its lines, from 1
 	}
-	// Appends not yet sent fail once ctx is cancelled, after a failure.
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	futs := make(chan sent, inFlight)
-	printed := make(chan error, 1)
-	go func() { // prints in input order, as appends complete
-		var failed error
-		for s := range futs {
-			if failed != nil {
-				continue // the reader stops at the next line
-			}
+	var (
+		pending     []sent   // sent, in input order, not yet printed
+		recs        [][]byte // read, not yet sent
+		size        int      // the bytes of recs
+		read        int      // lines read
+		sentThrough int      // the last line sent
+		acked       int      // the last line printed: lines 1-acked were appended
+		eof         bool     // in is closed
+		interrupted bool
+		failed      error
+	)
+	full := func() bool { return len(recs) >= batch || size >= appendBatchBytes }
+	take := func(l []byte) {
+		read++
+		recs = append(recs, l)
+		size += len(l)
+	}
+	// collect prints the appends completed at the front of pending.
+	collect := func() {
+		for len(pending) > 0 && failed == nil {
+			s := pending[0]
 			select {
 			case <-s.f.Done():
 			default:
-				w.Flush() // before waiting: show what is done
+				return
 			}
-			idx, err := s.f.Indexes(), s.f.Err()
-			if err != nil {
+			if err := s.f.Err(); err != nil {
 				failed = fmt.Errorf("stdin lines %d-%d: %w", s.first, s.last, err)
-				cancel()
-				continue
+				cancelAppends() // what was not sent yet never is
+				return
 			}
-			for _, i := range idx {
+			for _, i := range s.f.Indexes() {
 				w.WriteString(strconv.FormatUint(i, 10))
 				w.WriteByte('\n')
 			}
-		}
-		printed <- errors.Join(failed, w.Flush())
-	}()
-
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 64<<10), maxLine)
-	var recs [][]byte
-	size, line, first := 0, 0, 1
-	send := func() {
-		futs <- sent{lg.AppendAsync(ctx, recs...), first, line}
-		recs, size, first = nil, 0, line+1
-	}
-	for ctx.Err() == nil && sc.Scan() {
-		line++
-		recs = append(recs, append([]byte(nil), sc.Bytes()...))
-		size += len(sc.Bytes())
-		if len(recs) >= batch || size >= appendBatchBytes {
-			send()
+			acked, pending = s.last, pending[1:]
 		}
 	}
-	if len(recs) > 0 && ctx.Err() == nil { // also after a read error: what was read goes
-		send()
+	for {
+		collect()
+		if failed != nil {
+			break
+		}
+		if len(recs) > 0 && !eof {
+		more: // the lines already read go with it
+			for !full() {
+				select {
+				case l, ok := <-in:
+					if !ok {
+						eof = true
+						break more
+					}
+					take(l)
+				default:
+					break more
+				}
+			}
+		}
+		if len(recs) > 0 && len(pending) < inFlight {
+			pending = append(pending, sent{lg.AppendAsync(actx, recs...), sentThrough + 1, read})
+			sentThrough, recs, size = read, nil, 0
+			continue
+		}
+		if eof && len(recs) == 0 && len(pending) == 0 {
+			break
+		}
+		var lines <-chan []byte
+		if !eof && !full() {
+			lines = in
+		}
+		var front <-chan struct{}
+		if len(pending) > 0 {
+			front = pending[0].f.Done()
+		}
+		w.Flush() // before waiting: show what is done
+		select {
+		case l, ok := <-lines:
+			if ok {
+				take(l)
+			} else {
+				eof = true
+			}
+		case <-front:
+		case <-ctx.Done():
+			interrupted = true
+		}
+		if interrupted {
+			break
+		}
 	}
-	close(futs)
-	if err := <-printed; err != nil {
+	if interrupted {
+		t := time.AfterFunc(interruptGrace, cancelAppends)
+		defer t.Stop()
+	}
+	// After a failure the appends in flight were cancelled: they complete
+	// at once, unprinted.
+	for _, s := range pending {
+		<-s.f.Done()
+		collect()
+	}
+	if err := w.Flush(); err != nil {
 		return err
 	}
-	if err := sc.Err(); err != nil {
-		if errors.Is(err, bufio.ErrTooLong) {
-			return fmt.Errorf("stdin line %d is longer than %s (the lines before it were appended)", line+1, formatSize(maxLine))
-		}
-		return fmt.Errorf("reading stdin after line %d (the lines before it were appended): %w", line, err)
+	if interrupted {
+		return interruptReport(acked, sentThrough, read, failed)
 	}
-	return ctx.Err()
+	if failed != nil {
+		return failed
+	}
+	if readErr != nil {
+		if errors.Is(readErr, bufio.ErrTooLong) {
+			return fmt.Errorf("stdin line %d is longer than %s (the lines before it were appended)", read+1, formatSize(maxLine))
+		}
+		return fmt.Errorf("reading stdin after line %d (the lines before it were appended): %w", read, readErr)
+	}
+	return nil
+}
+
+// interruptReport is the error of an interrupted append --stdin that had
+// read lines 1-read, sent lines 1-sent, of which lines 1-acked were
+// appended; failed is the error of the first append that failed, if one
+// did.
+func interruptReport(acked, sent, read int, failed error) error {
+	var b strings.Builder
+	if acked > 0 {
+		fmt.Fprintf(&b, "stdin lines 1-%d were appended (their indexes are printed)", acked)
+	} else {
+		b.WriteString("no stdin line was appended")
+	}
+	if sent > acked {
+		fmt.Fprintf(&b, "; lines %d-%d were sent but not acknowledged: they may or may not have been stored", acked+1, sent)
+		if failed != nil && !errors.Is(failed, context.Canceled) {
+			fmt.Fprintf(&b, " (%v)", failed)
+		}
+	}
+	if read > sent {
+		fmt.Fprintf(&b, "; lines %d-%d were read but not sent", sent+1, read)
+	}
+	return fmt.Errorf("%w: %s", errInterrupted, b.String())
 }
 
 // recordPrinter prints records as index<TAB>data lines, or as JSON lines.

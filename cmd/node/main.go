@@ -17,8 +17,9 @@
 // "node help" for the commands and "node <command> -h" for their flags,
 // most of which fall back to RAFTLOG_<FLAG> environment variables.
 //
-// The exit status is 0 on success, 1 when the command failed and 2 for a
-// mistake in the command line or a RAFTLOG_* variable.
+// The exit status is 0 on success, 1 when the command failed, 2 for a
+// mistake in the command line or a RAFTLOG_* variable, and 130 for an
+// append --stdin that SIGINT or SIGTERM stopped before stdin ended.
 package main
 
 import (
@@ -49,6 +50,15 @@ func main() {
 	e := &env{stdin: os.Stdin, stdout: os.Stdout, stderr: os.Stderr, lookup: os.LookupEnv}
 	os.Exit(run(ctx, e, os.Args[1:]))
 }
+
+// errInterrupted is the error of a command that SIGINT or SIGTERM stopped
+// before it was done, where that is a failure (append --stdin): the exit
+// status is exitInterrupted.
+var errInterrupted = errors.New("interrupted")
+
+// exitInterrupted is the exit status of a command interrupted before it
+// was done: 128 + SIGINT, as shells report a process SIGINT killed.
+const exitInterrupted = 130
 
 // command is one subcommand.
 type command struct {
@@ -114,6 +124,9 @@ func exitStatus(e *env, name string, err error) int {
 	case errors.As(err, &ue):
 		fmt.Fprintf(e.stderr, "node %s: %v (run 'node %s -h' for usage)\n", name, ue, name)
 		return 2
+	case errors.Is(err, errInterrupted):
+		fmt.Fprintf(e.stderr, "node %s: %v\n", name, err)
+		return exitInterrupted
 	}
 	fmt.Fprintf(e.stderr, "node %s: %v\n", name, err)
 	return 1
@@ -136,6 +149,7 @@ Most flags fall back to an environment variable: --addrs to RAFTLOG_ADDRS,
 --data-dir to RAFTLOG_DATA_DIR; the help of each command shows which.
 
 Try it: 'go run ./cmd/node demo' starts a 3-node cluster on 127.0.0.1.
-Exit status: 0 on success, 1 on failure, 2 for a bad command line.
+Exit status: 0 on success, 1 on failure, 2 for a bad command line, 130
+for an append --stdin interrupted (SIGINT, SIGTERM) before stdin ended.
 `)
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"io"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -53,9 +55,9 @@ func (lc *logCluster) list(t *testing.T, addr string) []logJSON {
 	return logs
 }
 
-// TestLogCommandsProcesses runs the log commands against a cluster of
-// "node serve" processes and checks what they print.
-func TestLogCommandsProcesses(t *testing.T) {
+// TestCLIProcesses runs the CLI against a cluster of "node serve"
+// processes and checks what an operator sees.
+func TestCLIProcesses(t *testing.T) {
 	lc := startLogCluster(t)
 
 	// log list names each log's leader, whichever node answers, the one
@@ -104,6 +106,33 @@ func TestLogCommandsProcesses(t *testing.T) {
 			if len(f) != 4 || f[3] != want {
 				t.Errorf("log info orders: member row %q, want caught up %q", row, want)
 			}
+		}
+	})
+	// append --stdin sends a line as soon as it is read, not once 100 are
+	// (its --batch) or stdin ends; SIGINT stops it while it waits for
+	// more, and it says what was appended.
+	t.Run("append stdin at once and interrupted", func(t *testing.T) {
+		p := lc.h.startPiped("append", "--stdin", "--addrs", lc.addrs)
+		const line = "sent-at-once"
+		if _, err := io.WriteString(p.stdin, line+"\n"); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, 30*time.Second, "the line written to append --stdin readable from the cluster", func() bool {
+			out, _, code := lc.h.cli("read", "--addrs", lc.addrs, "--timeout", "5s")
+			return code == 0 && strings.Contains(out, "\t"+line+"\n")
+		})
+		p.waitPrinted(t, 1, 30*time.Second)
+		if err := p.cmd.Process.Signal(os.Interrupt); err != nil { // this test's own process, by its pid
+			t.Fatal(err)
+		}
+		code := p.wait(t, 10*time.Second)
+		stderr := p.stderr.String()
+		if code != exitInterrupted || len(p.out) != 1 || !strings.Contains(stderr, "interrupted: stdin lines 1-1 were appended") {
+			t.Fatalf("append --stdin after SIGINT: exit status %d, stdout %q, stderr %q; want %d, one index, saying line 1 was appended",
+				code, p.out, stderr, exitInterrupted)
+		}
+		if out := lc.h.mustCLI("read", "--addrs", lc.addrs, "--from", p.out[0], "--max", "1"); out != p.out[0]+"\t"+line+"\n" {
+			t.Errorf("read --from %s, the index printed: %q, want the line", p.out[0], out)
 		}
 	})
 }
