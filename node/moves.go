@@ -72,6 +72,8 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/hashicorp/raft"
@@ -355,10 +357,21 @@ func (n *Node) drain(ctx context.Context, id string) (bool, error) {
 	if !known || len(s.LogsOf(id)) == 0 {
 		return false, nil
 	}
-	if nd.State == catalog.NodeActive {
+	leaving := nd.State != catalog.NodeActive
+	if !leaving {
 		if err := undrainable(s, id); err != nil {
 			return true, err
 		}
+	}
+	// A log without a leader cannot move: the drain would wait for good,
+	// and each Remove until its client gave up, the outcome unknown. A
+	// log of 1 replica on a node that is down has none, for as long as
+	// the node is down. (A log of more replicas may be between leaders:
+	// the drain waits for it.)
+	if stuck := n.leaderless(ctx, onlyOn(s, id)); len(stuck) > 0 {
+		return true, stuckError(id, leaving, stuck)
+	}
+	if !leaving {
 		if err := n.commitCatalog(ctx, &catalog.MarkLeaving{ID: id}); err != nil {
 			return true, err
 		}
@@ -401,6 +414,108 @@ func undrainable(s *catalog.State, id string) error {
 		}
 	}
 	return nil
+}
+
+// leaderWait bounds how long a Remove waits for the leader of each log of
+// 1 replica on the node to be removed to describe the log, before it
+// refuses the removal.
+const leaderWait = 3 * time.Second
+
+// onlyOn returns the named logs whose only replica is on node id.
+func onlyOn(s *catalog.State, id string) []catalog.Log {
+	var logs []catalog.Log
+	for _, l := range s.LogsOf(id) {
+		if l.ID != catalog.DefaultID && l.State == catalog.LogActive && slices.Equal(l.Members, []string{id}) {
+			logs = append(logs, l)
+		}
+	}
+	return logs
+}
+
+// stuckLog is a log that has no leader to move its replica, and the error
+// of the first attempt to reach one.
+type stuckLog struct {
+	log catalog.Log
+	err error
+}
+
+// leaderless returns the logs of logs whose leader does not describe them
+// within leaderWait (asked again until then), in logs' order.
+func (n *Node) leaderless(ctx context.Context, logs []catalog.Log) []stuckLog {
+	ctx, cancel := context.WithTimeout(ctx, leaderWait)
+	defer cancel()
+	errs := make([]error, len(logs))
+	sem := make(chan struct{}, 8)
+	var wg sync.WaitGroup
+	for i, l := range logs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			t := time.NewTicker(200 * time.Millisecond)
+			defer t.Stop()
+			for {
+				d, err := n.describeAnywhere(ctx, l)
+				if err == nil && d.Log.LeaderID != "" {
+					errs[i] = nil
+					return
+				}
+				if err == nil {
+					err = errors.New("no leader")
+				}
+				if errs[i] == nil {
+					errs[i] = err // the first says most: later ones may be the deadline's
+				}
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	var stuck []stuckLog
+	for i, err := range errs {
+		if err != nil {
+			stuck = append(stuck, stuckLog{logs[i], err})
+		}
+	}
+	return stuck
+}
+
+// stuckError is Remove's refusal of node id, which holds the only replica
+// of each log of stuck, which have no leader to move it (id is down);
+// leaving says the drain had begun.
+func stuckError(id string, leaving bool, stuck []stuckLog) error {
+	var b strings.Builder
+	if leaving {
+		fmt.Fprintf(&b, "node %s is being drained, but it holds", id)
+	} else {
+		fmt.Fprintf(&b, "node %s cannot be removed now: it holds", id)
+	}
+	for i, st := range stuck {
+		switch {
+		case i == 0:
+			b.WriteString(" ")
+		case i == len(stuck)-1:
+			b.WriteString(" and ")
+		default:
+			b.WriteString(", ")
+		}
+		fmt.Fprintf(&b, "the only replica of log %q", st.log.Name)
+	}
+	name := "NAME"
+	if len(stuck) == 1 {
+		name = stuck[0].log.Name
+	}
+	fmt.Fprintf(&b, ", which has no leader to move it (%v): %s does not answer. Start %s again and remove it then (its logs move off it first), "+
+		"or delete the log (node log delete %s --yes) if its records may go", stuck[0].err, id, id, name)
+	if !leaving {
+		b.WriteString("; nothing changed")
+	}
+	return &transport.Error{Code: transport.CodeFailedPrecondition, Message: b.String()}
 }
 
 // drainWait is how long a Remove waits for a drain before it answers

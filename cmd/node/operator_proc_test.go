@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -135,4 +136,51 @@ func TestCLIProcesses(t *testing.T) {
 			t.Errorf("read --from %s, the index printed: %q, want the line", p.out[0], out)
 		}
 	})
+}
+
+// TestRemoveNodeWithStuckLog removes a stopped node that holds the only
+// replica of a log: the log has no leader to move it, so the remove fails
+// at once naming the log and what to do, and changes nothing; once the
+// node runs again, the remove moves the log and takes the node out.
+func TestRemoveNodeWithStuckLog(t *testing.T) {
+	lc := startLogCluster(t)
+	// Only solo: orders, of 3 replicas on 3 nodes, would block a remove
+	// whatever its nodes' state.
+	lc.h.mustCLI("log", "delete", "orders", "--yes", "--addrs", lc.addrs)
+	var holder *procNode
+	for _, p := range lc.nodes {
+		if m := lc.info(t, "solo").Members; len(m) == 1 && m[0] == p.id {
+			holder = p
+		}
+	}
+	if holder == nil {
+		t.Fatal("no node holds log solo")
+	}
+	var others []string
+	for _, p := range lc.nodes {
+		if p != holder {
+			others = append(others, p.client)
+		}
+	}
+	addrs := strings.Join(others, ",")
+	lc.h.stop(holder)
+
+	start := time.Now()
+	out, errOut, code := lc.h.cli("remove", "--id", holder.id, "--addrs", addrs, "--timeout", "30s")
+	took := time.Since(start)
+	if code != 1 || took > 20*time.Second || !strings.Contains(errOut, `log "solo"`) || !strings.Contains(errOut, "Start "+holder.id+" again") ||
+		strings.Contains(errOut, "outcome unknown") {
+		t.Fatalf("remove of %s, down, holding log solo's only replica: exit status %d after %v, stdout %q, stderr %q; want status 1 within 20s naming the log and what to do",
+			holder.id, code, took.Round(time.Millisecond), out, errOut)
+	}
+	t.Logf("remove refused in %v: %s", took.Round(time.Millisecond), strings.TrimSpace(errOut))
+
+	lc.h.start(holder)
+	lc.info(t, "solo")
+	lc.h.mustCLI("remove", "--id", holder.id, "--addrs", addrs, "--timeout", "60s")
+	for _, l := range lc.list(t, addrs) {
+		if slices.Contains(l.Members, holder.id) {
+			t.Errorf("log %s is still on %s after its removal: %+v", l.Name, holder.id, l)
+		}
+	}
 }
