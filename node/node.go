@@ -69,6 +69,9 @@ type Node struct {
 	// (restorelog.go).
 	uploads restoreUploads
 
+	// bound holds the listeners Start bound until what serves each takes
+	// it (boundListeners).
+	bound      *boundListeners
 	clientLn   net.Listener
 	clientAddr string // advertised
 	adminLn    net.Listener
@@ -153,35 +156,48 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The ports first: a node that cannot listen (a port in use) fails
+	// before it creates or writes anything in its data dir, which would
+	// leave a new dir that restore refuses as not empty.
+	bound, err := bindListeners(c)
+	if err != nil {
+		return nil, err
+	}
 	// The data dir and every directory under it are made durable as they
 	// are created: a power loss soon after the first start must not undo
 	// them and leave a node that bootstraps a new cluster.
 	if err := vfs.Default.MkdirAll(c.DataDir, 0o755); err != nil {
+		bound.close()
 		return nil, fmt.Errorf("node: create data dir: %w", err)
 	}
 	// MkdirAll syncs only the parents of what it creates; a data dir made
 	// by hand just before the first start is made durable here.
 	if abs, err := filepath.Abs(c.DataDir); err == nil {
 		if err := vfs.Default.SyncDir(filepath.Dir(abs)); err != nil {
+			bound.close()
 			return nil, fmt.Errorf("node: sync the data dir's parent: %w", err)
 		}
 	}
 	lock, err := lockDataDir(c.DataDir)
 	if err != nil {
+		bound.close()
 		return nil, err
 	}
 	n := &Node{cfg: c, conns: make(chan struct{}, c.MaxConns), failed: make(chan struct{}), voting: make(chan struct{}), dirLock: lock,
-		peerLosses: newPeerLosses(), refusedVotes: make(chan struct{}, 1)}
+		peerLosses: newPeerLosses(), refusedVotes: make(chan struct{}, 1), bound: bound}
 	n.marks = &markers{dir: c.DataDir}
 	if err := checkNoRepair(c.DataDir); err != nil {
+		bound.close()
 		lock.Close()
 		return nil, err
 	}
 	if err := n.checkNotRemoved(); err != nil {
+		bound.close()
 		lock.Close()
 		return nil, err
 	}
 	if err := n.checkRestoreDone(); err != nil {
+		bound.close()
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -392,10 +408,7 @@ func (n *Node) warnAddressChange(advertised string) {
 func (n *Node) raftTransport() (netTransport, error) {
 	c := n.cfg
 	logger := c.Logger.Named("transport")
-	ln, err := net.Listen("tcp", c.RaftAddr)
-	if err != nil {
-		return nil, fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
-	}
+	ln := n.bound.take(&n.bound.raft)
 	advertise := advertisedAddr(c.RaftAddr, c.RaftAdvertise, ln.Addr())
 	if err := checkDialable(advertise); err != nil {
 		ln.Close()
@@ -456,6 +469,59 @@ func (n *Node) raftTransport() (netTransport, error) {
 	return tr, nil
 }
 
+// boundListeners are the node's listeners, which Start binds before it
+// touches the data dir. What serves each takes it; close closes the
+// others.
+type boundListeners struct {
+	mu                  sync.Mutex
+	raft, client, admin net.Listener // guarded by mu; nil once taken
+}
+
+// bindListeners listens on the raft, client and (when set) admin
+// addresses of c.
+func bindListeners(c Config) (*boundListeners, error) {
+	b := &boundListeners{}
+	var err error
+	if b.raft, err = net.Listen("tcp", c.RaftAddr); err != nil {
+		return nil, fmt.Errorf("node: raft transport on %s: %w", c.RaftAddr, err)
+	}
+	if b.client, err = net.Listen("tcp", c.ClientAddr); err != nil {
+		b.close()
+		return nil, fmt.Errorf("node: client listener: %w", err)
+	}
+	if c.AdminAddr != "" {
+		if b.admin, err = net.Listen("tcp", c.AdminAddr); err != nil {
+			b.close()
+			return nil, fmt.Errorf("node: admin listener: %w", err)
+		}
+	}
+	return b, nil
+}
+
+// take returns the listener *ln and leaves nil in its place.
+func (b *boundListeners) take(ln *net.Listener) net.Listener {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	l := *ln
+	*ln = nil
+	return l
+}
+
+// close closes the listeners not taken.
+func (b *boundListeners) close() {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, ln := range []*net.Listener{&b.raft, &b.client, &b.admin} {
+		if *ln != nil {
+			(*ln).Close()
+			*ln = nil
+		}
+	}
+}
+
 // raftIOTimeout bounds a raft transport's dials, request writes and waits
 // for a response (snapshots get longer, by size).
 const raftIOTimeout = 10 * time.Second
@@ -496,10 +562,7 @@ func checkDialable(addr string) error {
 // openClientListener listens on the client address.
 func (n *Node) openClientListener() error {
 	c := n.cfg
-	ln, err := net.Listen("tcp", c.ClientAddr)
-	if err != nil {
-		return fmt.Errorf("node: client listener: %w", err)
-	}
+	ln := n.bound.take(&n.bound.client)
 	if n.tls != nil {
 		ln = tls.NewListener(ln, n.tls.client)
 	}
@@ -517,10 +580,7 @@ func (n *Node) listen() error {
 	n.wg.Add(1)
 	go n.acceptLoop()
 	if c.AdminAddr != "" {
-		var err error
-		if n.adminLn, err = net.Listen("tcp", c.AdminAddr); err != nil {
-			return fmt.Errorf("node: admin listener: %w", err)
-		}
+		n.adminLn = n.bound.take(&n.bound.admin)
 		if n.tls != nil {
 			n.adminLn = tls.NewListener(n.adminLn, n.tls.admin)
 		}
@@ -745,6 +805,7 @@ func (n *Node) close() error {
 			errs = append(errs, err)
 		}
 	}
+	n.bound.close() // those that start did not get to
 	n.wg.Wait()
 	if n.db != nil {
 		if err := n.db.Close(); err != nil {

@@ -2,9 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -181,6 +184,47 @@ func TestRemoveNodeWithStuckLog(t *testing.T) {
 	for _, l := range lc.list(t, addrs) {
 		if slices.Contains(l.Members, holder.id) {
 			t.Errorf("log %s is still on %s after its removal: %+v", l.Name, holder.id, l)
+		}
+	}
+}
+
+// TestServeBindFailureLeavesNoDataDir starts "node serve" on a port that
+// is taken: it fails naming the address, before it creates or writes
+// anything in its data dir, so that the dir can still be restored into.
+func TestServeBindFailureLeavesNoDataDir(t *testing.T) {
+	h := newServeHarness(t)
+	taken, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taken.Close()
+	busy := taken.Addr().String()
+	free := freeAddrs(t, 3)
+	empty := filepath.Join(h.dir, "empty")
+	if err := os.Mkdir(empty, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		flag, dir string
+		addrs     []string // --raft-addr, --client-addr, --admin-addr
+	}{
+		{"--client-addr", filepath.Join(h.dir, "new", "n1"), []string{free[0], busy, free[2]}},
+		{"--raft-addr", filepath.Join(h.dir, "new", "n1"), []string{busy, free[1], free[2]}},
+		{"--admin-addr", filepath.Join(h.dir, "new", "n1"), []string{free[0], free[1], busy}},
+		{"--client-addr", empty, []string{free[0], busy, free[2]}},
+	} {
+		_, errOut, code := h.cli("serve", "--id", "n1", "--data-dir", c.dir, "--raft-addr", c.addrs[0], "--client-addr", c.addrs[1],
+			"--admin-addr", c.addrs[2], "--bootstrap", "n1="+c.addrs[0])
+		if code != 1 || !strings.Contains(errOut, busy) {
+			t.Errorf("serve with %s %s taken: exit status %d, stderr %q; want 1 naming the address", c.flag, busy, code, errOut)
+		}
+		if c.dir == empty {
+			if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+				t.Errorf("serve with %s %s taken wrote into its empty data dir: %v %v", c.flag, busy, ents, err)
+			}
+		} else if _, err := os.Stat(filepath.Join(h.dir, "new")); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("serve with %s %s taken left its data dir (or its parent) behind: %v", c.flag, busy, err)
+			os.RemoveAll(filepath.Join(h.dir, "new")) // for the next case
 		}
 	}
 }

@@ -33,6 +33,10 @@ flags after a disk replacement is safe. --initial-cluster-state existing
 never bootstraps. A node that bootstraps alone has no one to ask: after
 it loses its data dir, start it with --join.
 
+A node that cannot listen on --raft-addr, --client-addr or --admin-addr
+(the port is in use) exits before it creates or writes anything in its
+data dir.
+
 A node removed from the cluster ('node remove') learns it, stops, and
 refuses to start again; to add it back, wipe its data dir and start it
 with --join.
