@@ -72,6 +72,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -409,8 +410,8 @@ func undrainable(s *catalog.State, id string) error {
 		}
 		if !spare {
 			return &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf(
-				"node %s holds a replica of log %q (%d replicas) and no other node can take it: add a node first, then remove %s",
-				id, l.Name, l.Settings.Replicas, id)}
+				"node %s holds a replica of log %q (%s) and no other node can take it: add a node first, then remove %s",
+				id, l.Name, plural(l.Settings.Replicas, "replica"), id)}
 		}
 	}
 	return nil
@@ -430,6 +431,15 @@ func onlyOn(s *catalog.State, id string) []catalog.Log {
 		}
 	}
 	return logs
+}
+
+// plural writes n and noun, with an s unless n is 1: "1 replica", "3
+// replicas".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // stuckLog is a log that has no leader to move its replica, and the error
@@ -536,7 +546,7 @@ func (n *Node) removeOutcome(id string, err error) (*transport.RemoveResponse, e
 			}
 		}
 		return nil, &transport.Error{Code: transport.CodeUnavailable,
-			Message: fmt.Sprintf("node %s is being drained: %d of its log replicas are still to move; it leaves the cluster once none is left (run remove again to wait)", id, left)}
+			Message: fmt.Sprintf("node %s is being drained: %s of logs still to move; it leaves the cluster once none is left (run remove again to wait)", id, plural(left, "replica"))}
 	}
 	if te := (*transport.Error)(nil); errors.As(err, &te) {
 		return nil, te

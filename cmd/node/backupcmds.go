@@ -135,7 +135,7 @@ func describeSource(h backup.Header) string {
 	if l.Name == transport.DefaultLog {
 		name = "the default log"
 	}
-	return fmt.Sprintf("%s (%d replicas, retention %s)", name, l.Replicas, formatRetention(l.RetentionBytes, l.RetentionAge))
+	return fmt.Sprintf("%s (%s, retention %s)", name, plural(int(l.Replicas), "replica"), formatRetention(l.RetentionBytes, l.RetentionAge))
 }
 
 // syncAndRename makes the file f, written at part, durable and renames it
@@ -352,9 +352,9 @@ func restoreLog(ctx context.Context, e *env, cf *clusterFlags, in, name string, 
 		fmt.Fprintf(e.stderr, "log %s holds no complete restore, or its outcome is unknown: if it refuses reads ('being restored'), delete it (node log delete %s --yes) and restore again\n", name, name)
 		return err
 	}
-	fmt.Fprintf(e.stdout, "restored the backup of %s of index %d into log %s (id %d, %d replicas, retention %s): %d entries from index %d, %s, in %v; on %d of its %d replicas now; appends go after index %d\n",
-		describeLogName(h), h.Index, name, info.ID, info.Replicas, formatRetention(info.RetentionBytes, info.RetentionAge),
-		s.Entries, h.Floor, formatSize(s.Size), time.Since(start).Round(time.Millisecond), res.Replicas, info.Replicas, res.Index)
+	fmt.Fprintf(e.stdout, "restored the backup of %s of index %d into log %s (id %d, %s, retention %s): %d entries from index %d, %s, in %v; on %d of its %s now; appends go after index %d\n",
+		describeLogName(h), h.Index, name, info.ID, plural(int(info.Replicas), "replica"), formatRetention(info.RetentionBytes, info.RetentionAge),
+		s.Entries, h.Floor, formatSize(s.Size), time.Since(start).Round(time.Millisecond), res.Replicas, plural(int(info.Replicas), "replica"), res.Index)
 	return nil
 }
 

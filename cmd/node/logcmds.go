@@ -139,8 +139,8 @@ when given --log NAME. A name in use (or being deleted) is refused.`)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "created log %s (id %d): %d replicas, on %s; retention %s\n",
-		info.Name, info.ID, info.Replicas, orDash(strings.Join(info.Members, ", ")), formatRetention(info.RetentionBytes, info.RetentionAge))
+	fmt.Fprintf(e.stdout, "created log %s (id %d): %s, on %s; retention %s\n",
+		info.Name, info.ID, plural(int(info.Replicas), "replica"), orDash(strings.Join(info.Members, ", ")), formatRetention(info.RetentionBytes, info.RetentionAge))
 	return nil
 }
 
@@ -371,6 +371,15 @@ func formatDays(d time.Duration) string {
 		return strconv.FormatInt(int64(d/day), 10) + "d"
 	}
 	return d.String()
+}
+
+// plural writes n and noun, with an s unless n is 1: "1 replica", "3
+// replicas".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return strconv.Itoa(n) + " " + noun + "s"
 }
 
 // orDash returns s, or "-" for "".

@@ -139,6 +139,12 @@ func TestCLIProcesses(t *testing.T) {
 			t.Errorf("read --from %s, the index printed: %q, want the line", p.out[0], out)
 		}
 	})
+	t.Run("one replica", func(t *testing.T) {
+		out := lc.h.mustCLI("log", "create", "single", "--replicas", "1", "--addrs", lc.addrs)
+		if !strings.Contains(out, ": 1 replica, on ") {
+			t.Errorf("log create --replicas 1 printed %q, want it to say 1 replica", out)
+		}
+	})
 }
 
 // TestRemoveNodeWithStuckLog removes a stopped node that holds the only
