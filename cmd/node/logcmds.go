@@ -59,7 +59,10 @@ func cmdLog(ctx context.Context, e *env, args []string) error {
 	}
 	for _, c := range logCommands {
 		if c.name == args[0] {
-			return c.run(ctx, e, args[1:])
+			if err := c.run(ctx, e, args[1:]); err != nil {
+				return &subcommandError{name: "log " + c.name, err: err}
+			}
+			return nil
 		}
 	}
 	return usagef("unknown subcommand %q: give one of create, list, info, delete", args[0])

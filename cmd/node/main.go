@@ -117,6 +117,9 @@ func run(ctx context.Context, e *env, args []string) int {
 // exitStatus reports err, the outcome of command name, and returns the
 // exit status.
 func exitStatus(e *env, name string, err error) int {
+	if se := (*subcommandError)(nil); errors.As(err, &se) {
+		name, err = se.name, se.err
+	}
 	var ue *usageError
 	switch {
 	case err == nil, errors.Is(err, errHelp):
@@ -131,6 +134,16 @@ func exitStatus(e *env, name string, err error) int {
 	fmt.Fprintf(e.stderr, "node %s: %v\n", name, err)
 	return 1
 }
+
+// subcommandError is the error of a subcommand (of "node log"), which
+// its report names: "node log create: ...".
+type subcommandError struct {
+	name string // "log create"
+	err  error
+}
+
+func (e *subcommandError) Error() string { return e.err.Error() }
+func (e *subcommandError) Unwrap() error { return e.err }
 
 // printHelp writes the list of commands to w.
 func printHelp(w io.Writer) {

@@ -145,6 +145,25 @@ func TestCLIProcesses(t *testing.T) {
 			t.Errorf("log create --replicas 1 printed %q, want it to say 1 replica", out)
 		}
 	})
+	// An error of "node log SUBCOMMAND" names the subcommand, and so does
+	// its hint on usage.
+	t.Run("log subcommand errors", func(t *testing.T) {
+		for _, c := range []struct {
+			code int
+			want string
+			args []string
+		}{
+			{2, "node log create: ", []string{"log", "create", "a.b"}},
+			{2, "(run 'node log create -h' for usage)", []string{"log", "create", "a.b"}},
+			{1, "node log info: ", []string{"log", "info", "nosuch"}},
+			{1, "node log delete: ", []string{"log", "delete", "nosuch", "--yes"}},
+		} {
+			_, errOut, code := lc.h.cli(append(c.args, "--addrs", lc.addrs)...)
+			if code != c.code || !strings.Contains(errOut, c.want) {
+				t.Errorf("node %s: exit status %d, stderr %q; want %d saying %q", strings.Join(c.args, " "), code, errOut, c.code, c.want)
+			}
+		}
+	})
 }
 
 // TestRemoveNodeWithStuckLog removes a stopped node that holds the only
