@@ -4,7 +4,10 @@ package transport
 // manage logs, and how errors name a log's leader. Everything here is wire
 // format; protocol.go's "Logs" section sums it up.
 
-import "time"
+import (
+	"time"
+	"unicode/utf8"
+)
 
 // DefaultLog is the name of the default log: the log of a request that
 // names none. It always exists and cannot be created or deleted.
@@ -13,23 +16,34 @@ const DefaultLog = "default"
 // MaxLogNameLength is the longest log name, in bytes. It is wire format.
 const MaxLogNameLength = 64
 
+// logNameRule is what CheckLogName's errors say a log name is.
+const logNameRule = "a log name is 1 to 64 characters of A-Z, a-z, 0-9, _ and - (ASCII), starting with a letter or a digit"
+
 // CheckLogName returns nil if name is a valid log name: 1 to
 // MaxLogNameLength characters of A-Z, a-z, 0-9, '_' and '-', starting with
 // a letter or a digit. Names are case-sensitive. Otherwise it returns an
-// *Error of code BadRequest that says what is wrong.
+// *Error of code BadRequest that says what is wrong, and the rule.
 func CheckLogName(name string) error {
-	switch {
-	case name == "":
-		return errorf(CodeBadRequest, "log name is empty")
-	case len(name) > MaxLogNameLength:
-		return errorf(CodeBadRequest, "log name of %d bytes, limit %d", len(name), MaxLogNameLength)
-	case !isAlnum(name[0]):
-		return errorf(CodeBadRequest, "log name %q does not start with a letter or a digit", name)
+	if name == "" {
+		return errorf(CodeBadRequest, "log name is empty: %s", logNameRule)
 	}
-	for _, c := range name {
-		if c >= 0x80 || !isAlnum(byte(c)) && c != '_' && c != '-' {
-			return errorf(CodeBadRequest, "log name %q holds %q: only A-Z, a-z, 0-9, _ and - are allowed", name, c)
+	// The characters first: a name of 64 characters, one of them not
+	// ASCII, is refused for that character, not for its 65 bytes.
+	for i := 0; i < len(name); {
+		r, size := utf8.DecodeRuneInString(name[i:])
+		c := name[i]
+		switch {
+		case r == utf8.RuneError && size <= 1:
+			return errorf(CodeBadRequest, "log name %q holds the byte %#x (not UTF-8): %s", name, c, logNameRule)
+		case i == 0 && !isAlnum(c):
+			return errorf(CodeBadRequest, "log name %q starts with %q: %s", name, r, logNameRule)
+		case r >= utf8.RuneSelf || !isAlnum(c) && c != '_' && c != '-':
+			return errorf(CodeBadRequest, "log name %q holds %q: %s", name, r, logNameRule)
 		}
+		i += size
+	}
+	if len(name) > MaxLogNameLength {
+		return errorf(CodeBadRequest, "log name of %d characters, limit %d: %s", len(name), MaxLogNameLength, logNameRule)
 	}
 	return nil
 }

@@ -22,20 +22,23 @@ func TestCheckLogName(t *testing.T) {
 		{DefaultLog, ""},
 		{strings.Repeat("x", MaxLogNameLength), ""},
 		{"", "empty"},
-		{strings.Repeat("x", MaxLogNameLength+1), "of 65 bytes, limit 64"},
-		{"-orders", "does not start with a letter or a digit"},
-		{"_orders", "does not start with a letter or a digit"},
+		{strings.Repeat("x", MaxLogNameLength+1), "of 65 characters, limit 64"},
+		{strings.Repeat("x", MaxLogNameLength-1) + "é", `holds 'é'`},
+		{"-orders", "starts with '-'"},
+		{"_orders", "starts with '_'"},
+		{"éorders", "starts with 'é'"},
 		{"orders.eu", `holds '.'`},
 		{"orders eu", `holds ' '`},
 		{"ordérs", `holds 'é'`},
 		{"orders/eu", `holds '/'`},
+		{"orders\xff", `holds the byte 0xff`},
 	} {
 		err := CheckLogName(tc.name)
 		switch {
 		case tc.bad == "" && err != nil:
 			t.Errorf("CheckLogName(%q) = %v, want nil", tc.name, err)
-		case tc.bad != "" && (ErrorCode(err) != CodeBadRequest || !strings.Contains(err.Error(), tc.bad)):
-			t.Errorf("CheckLogName(%q) = %v, want BadRequest saying %q", tc.name, err, tc.bad)
+		case tc.bad != "" && (ErrorCode(err) != CodeBadRequest || !strings.Contains(err.Error(), tc.bad) || !strings.Contains(err.Error(), logNameRule)):
+			t.Errorf("CheckLogName(%q) = %v, want BadRequest saying %q and the rule", tc.name, err, tc.bad)
 		}
 	}
 	if LogName("") != DefaultLog || LogName("orders") != "orders" || LogField(DefaultLog) != "" || LogField("orders") != "orders" {

@@ -164,6 +164,23 @@ func TestCLIProcesses(t *testing.T) {
 			}
 		}
 	})
+	// A name with a character outside A-Z a-z 0-9 _ - is refused with the
+	// rule, whichever character and wherever it is.
+	t.Run("log name rule", func(t *testing.T) {
+		const rule = "1 to 64 characters of A-Z, a-z, 0-9, _ and -"
+		for _, c := range []struct{ name, says string }{
+			{"éa", `starts with 'é'`},
+			{"aé", `holds 'é'`},
+			{strings.Repeat("a", 63) + "é", `holds 'é'`},
+			{"a\xff", "holds the byte 0xff"},
+			{"-a", `starts with '-'`},
+		} {
+			_, errOut, code := lc.h.cli("log", "create", "--addrs", lc.addrs, "--", c.name)
+			if code != 2 || !strings.Contains(errOut, c.says) || !strings.Contains(errOut, rule) {
+				t.Errorf("log create %q: exit status %d, stderr %q; want 2 saying %q and %q", c.name, code, errOut, c.says, rule)
+			}
+		}
+	})
 }
 
 // TestRemoveNodeWithStuckLog removes a stopped node that holds the only
