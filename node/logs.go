@@ -226,7 +226,7 @@ func (n *Node) reconcileLoop() {
 	// the node runs leaves the log's groups, by which reconcile finds it
 	// again.
 	for _, id := range n.droppingLogs() {
-		n.dropLog(id, nil)
+		n.dropLog(id, nil, "finished dropping a log's data, deleted or moved away, that a stop cut short")
 	}
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
@@ -287,9 +287,17 @@ func (n *Node) reconcile(s *catalog.State, recent bool) {
 		l, ok := s.LogByID(id)
 		return ok && l.State == catalog.LogActive && !l.HostedBy(n.cfg.ID) && n.catalogCurrent()
 	}
+	// drop drops log id's data, and logs why.
+	drop := func(id uint64, h *hostedLog) {
+		if l, ok := s.LogByID(id); ok && !gone(id) {
+			n.dropLog(id, h, "dropped its replica of a log that moved away", "log", l.Name, "now_on", strings.Join(l.Members, ","))
+			return
+		}
+		n.dropLog(id, h, "dropped a deleted log's data")
+	}
 	for _, h := range n.host.all() {
 		if gone(h.id) || movedAway(h.id) {
-			n.dropLog(h.id, h)
+			drop(h.id, h)
 			continue
 		}
 		if l, ok := s.LogByID(h.id); ok {
@@ -300,7 +308,7 @@ func (n *Node) reconcile(s *catalog.State, recent bool) {
 	n.balanceLeaders(s)
 	for _, id := range append(stored, n.leftDirs(held)...) {
 		if n.host.hosted(id) == nil && (gone(id) || movedAway(id)) {
-			n.dropLog(id, nil)
+			drop(id, nil)
 		}
 	}
 }
@@ -575,7 +583,7 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 
 // dropLog shuts down the replica h of log id, if it runs, and removes the
 // log's data from the node: its raftstore groups and its directory
-// (snapshots, name).
+// (snapshots, name); then it logs done, which says why, with kv.
 //
 // The drop is made restartable by a rename: the directory first becomes
 // <id>.dropping (durably), then the groups are dropped, then the renamed
@@ -584,7 +592,7 @@ func (n *Node) startLog(s *catalog.State, l catalog.Log) error {
 // starts any replica, so it never runs a log whose groups or snapshots
 // are half gone. (A directory left without groups, by the order before
 // this one, is found by leftDirs.)
-func (n *Node) dropLog(id uint64, h *hostedLog) {
+func (n *Node) dropLog(id uint64, h *hostedLog, done string, kv ...any) {
 	n.host.mu.Lock()
 	delete(n.host.damaged, id)
 	n.host.mu.Unlock()
@@ -593,7 +601,7 @@ func (n *Node) dropLog(id uint64, h *hostedLog) {
 		delete(n.host.logs, id)
 		n.host.mu.Unlock()
 		if err := h.r.Shutdown(); err != nil {
-			n.cfg.Logger.Warn("shutting a deleted log's replica down", "id", id, "error", err)
+			n.cfg.Logger.Warn("shutting a replica down to drop its data", "id", id, "error", err)
 		}
 		h.gate.Close()
 	}
@@ -601,7 +609,7 @@ func (n *Node) dropLog(id uint64, h *hostedLog) {
 		n.cfg.Logger.Error("dropping a log's data", "id", id, "error", err)
 		return
 	}
-	n.cfg.Logger.Info("dropped a deleted log's data", "id", id)
+	n.cfg.Logger.Info(done, append([]any{"id", id}, kv...)...)
 }
 
 // droppingSuffix marks the directory of a log whose drop has begun.

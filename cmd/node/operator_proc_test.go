@@ -181,6 +181,32 @@ func TestCLIProcesses(t *testing.T) {
 			}
 		}
 	})
+	// A node that joins takes a replica from a node holding more (n1
+	// holds orders and solo, n4 none); the node it moved from drops its
+	// copy and says the log moved, not that it was deleted. Last: it
+	// changes the cluster.
+	t.Run("moved log dropped", func(t *testing.T) {
+		addrs := freeAddrs(t, 2)
+		n4 := &procNode{id: "n4", raft: addrs[0], client: addrs[1], dir: filepath.Join(lc.h.dir, "n4"), log: filepath.Join(lc.h.dir, "n4.log")}
+		lc.h.start(n4, "--join", lc.addrs)
+		nodes := append(append([]*procNode{}, lc.nodes...), n4)
+		var moved string
+		waitUntil(t, time.Minute, "a node dropping the replica of a log that moved away", func() bool {
+			for _, p := range nodes {
+				b, _ := os.ReadFile(p.log)
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.Contains(line, "dropped a deleted log's data") {
+						t.Fatalf("%s says it dropped a deleted log's data, when no log was deleted: %s", p.id, line)
+					}
+					if strings.Contains(line, "dropped its replica of a log that moved away") {
+						moved = p.id + ": " + line
+					}
+				}
+			}
+			return moved != ""
+		})
+		t.Log(moved)
+	})
 }
 
 // TestRemoveNodeWithStuckLog removes a stopped node that holds the only
