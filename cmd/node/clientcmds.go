@@ -411,6 +411,26 @@ func interruptReport(acked, sent, read int, failed error) error {
 	return fmt.Errorf("%w: %s", errInterrupted, b.String())
 }
 
+// trimmedError is err, the error of a read or tail of lg from index from,
+// unless it says that from was trimmed: then it names the first record
+// the log holds and how to read from there.
+func trimmedError(ctx context.Context, lg *client.Log, from uint64, stale bool, err error) error {
+	var te *transport.Error
+	if !errors.As(err, &te) || te.Code != transport.CodeTrimmed {
+		return err
+	}
+	what := fmt.Sprintf("index %d was trimmed (by retention, node trim or a restore)", from)
+	recs, _, ferr := lg.Read(ctx, 0, client.ReadOptions{MaxRecords: 1, Stale: stale})
+	switch {
+	case ferr != nil:
+		return fmt.Errorf("%s: %w", what, err)
+	case len(recs) == 0:
+		return fmt.Errorf("%s, and the log holds no record now: read on later, or --from 0", what)
+	}
+	first := recs[0].Index
+	return fmt.Errorf("%s: the first record the log holds is at index %d: read on with --from %d (or --from 0, the first record held)", what, first, first)
+}
+
 // recordPrinter prints records as index<TAB>data lines, or as JSON lines.
 type recordPrinter struct {
 	w     *bufio.Writer
@@ -506,7 +526,7 @@ appended the record, and its data in base64.`)
 		}
 		recs, nx, err := lg.Read(ctx, next, client.ReadOptions{MaxRecords: want, Stale: stale})
 		if err != nil {
-			return err
+			return trimmedError(ctx, lg, next, stale, err)
 		}
 		if len(recs) == 0 {
 			break
@@ -589,9 +609,11 @@ up after --timeout without progress.`)
 		return err
 	}
 	defer c.Close()
-	t := c.Log(logName).Tail(ctx, from, client.TailOptions{Stale: stale})
+	lg := c.Log(logName)
+	t := lg.Tail(ctx, from, client.TailOptions{Stale: stale})
 	defer t.Close()
 	p := &recordPrinter{w: bufio.NewWriter(e.stdout), quote: quote, json: asJSON}
+	next := from
 	for {
 		r, err := t.Next()
 		if err != nil {
@@ -599,8 +621,9 @@ up after --timeout without progress.`)
 			if ctx.Err() != nil {
 				return nil // Ctrl-C: the normal end
 			}
-			return err
+			return trimmedError(ctx, lg, next, stale, err)
 		}
+		next = r.Index + 1
 		p.print(r)
 		if err := p.w.Flush(); err != nil {
 			return err

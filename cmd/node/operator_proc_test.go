@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -181,6 +182,20 @@ func TestCLIProcesses(t *testing.T) {
 			}
 		}
 	})
+	// read and tail from a trimmed index say which index the log starts
+	// at now, and how to read from there.
+	t.Run("read below the first index", func(t *testing.T) {
+		idx := parseIndexes(t, lc.h.mustCLI("append", "--log", "orders", "--addrs", lc.addrs, "t1", "t2", "t3"))
+		lc.h.mustCLI("trim", "--log", "orders", "--below", strconv.FormatUint(idx[2], 10), "--addrs", lc.addrs)
+		want := fmt.Sprintf("the first record the log holds is at index %d: read on with --from %d", idx[2], idx[2])
+		for _, cmd := range []string{"read", "tail"} {
+			_, errOut, code := lc.h.cli(cmd, "--log", "orders", "--from", "1", "--addrs", lc.addrs, "--timeout", "10s")
+			if code != 1 || !strings.Contains(errOut, "index 1 was trimmed") || !strings.Contains(errOut, want) {
+				t.Errorf("%s --from 1 after a trim below %d: exit status %d, stderr %q; want 1 saying %q", cmd, idx[2], code, errOut, want)
+			}
+		}
+	})
+
 	// A node that joins takes a replica from a node holding more (n1
 	// holds orders and solo, n4 none); the node it moved from drops its
 	// copy and says the log moved, not that it was deleted. Last: it
