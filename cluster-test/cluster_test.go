@@ -43,6 +43,11 @@ type clusterConfig struct {
 	// with every member in the bootstrap list: a test starts them with
 	// startLate, as nodes that were slow to come up.
 	late int
+	// joiners is how many of the last members (after the late ones)
+	// newCluster leaves unstarted and out of the bootstrap list: a test
+	// starts them with startLate, and they join the running cluster
+	// (--join through the other members), as nodes added later do.
+	joiners int
 }
 
 // cluster is a set of node processes started by one test. Its methods
@@ -80,9 +85,12 @@ type member struct {
 	// members (c.logMembers) leave it out from then on.
 	removed atomic.Bool
 	// late is set while the member is one newCluster left unstarted
-	// (clusterConfig.late) and the test has not started yet: the
-	// cluster's members (c.logMembers) leave it out until then.
+	// (clusterConfig.late or joiners) and the test has not started yet:
+	// the cluster's members (c.logMembers) leave it out until then.
 	late atomic.Bool
+	// joiner: the member is not in the bootstrap list; it starts with
+	// --join (clusterConfig.joiners). Immutable.
+	joiner bool
 
 	mu     sync.Mutex // guards the fields below
 	proc   *process   // the running process; nil when none
@@ -134,8 +142,9 @@ func newCluster(t *testing.T, cfg clusterConfig) *cluster {
 			id:      id,
 			dataDir: filepath.Join(dir, id),
 			logPath: filepath.Join(dir, id+".log"),
+			joiner:  i >= cfg.nodes-cfg.joiners,
 		})
-		c.members[i].late.Store(i >= cfg.nodes-cfg.late)
+		c.members[i].late.Store(i >= cfg.nodes-cfg.late-cfg.joiners)
 	}
 	t.Cleanup(c.shutdown)
 	var err error
@@ -190,8 +199,8 @@ func (c *cluster) startAll() error {
 }
 
 // startLate starts m, a member newCluster left unstarted
-// (clusterConfig.late), with its bootstrap flags, and counts it among the
-// cluster's members from then on.
+// (clusterConfig.late or joiners), with its bootstrap flags (a joiner's:
+// --join), and counts it among the cluster's members from then on.
 func (c *cluster) startLate(m *member) error {
 	if !m.late.Load() {
 		return fmt.Errorf("%s: not a late member", m.id)
@@ -225,11 +234,14 @@ func freePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
-// bootstrapList is the --bootstrap value: every member's raft address.
+// bootstrapList is the --bootstrap value: every member's raft address
+// but the joiners'.
 func (c *cluster) bootstrapList() string {
 	var parts []string
 	for _, m := range c.members {
-		parts = append(parts, m.id+"="+m.raftAddr)
+		if !m.joiner {
+			parts = append(parts, m.id+"="+m.raftAddr)
+		}
 	}
 	return strings.Join(parts, ",")
 }
@@ -273,8 +285,9 @@ func (c *cluster) takeNotes() []string {
 
 // start starts m's process: with --join through the client addresses
 // join when join is not nil, with --bootstrap (ignored by a node that has
-// state) otherwise. It returns once the process serves /health; an error
-// wrapping errPortInUse when it could not listen.
+// state) otherwise, but a joiner's with --join through the members of the
+// bootstrap list (as ignored). It returns once the process serves
+// /health; an error wrapping errPortInUse when it could not listen.
 func (m *member) start(join []string) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -282,6 +295,13 @@ func (m *member) start(join []string) error {
 		return fmt.Errorf("%s: already running", m.id)
 	}
 	c := m.c
+	if join == nil && m.joiner {
+		for _, o := range c.members {
+			if !o.joiner {
+				join = append(join, o.clientAddr)
+			}
+		}
+	}
 	args := []string{"serve",
 		"--id", m.id,
 		"--data-dir", m.dataDir,
@@ -508,6 +528,24 @@ func (m *member) logTail(n int64) string {
 	}
 	b, _ := io.ReadAll(f)
 	return string(b)
+}
+
+// logSize returns the size of m's log, 0 if it cannot be read.
+func (m *member) logSize() int64 {
+	st, err := os.Stat(m.logPath)
+	if err != nil {
+		return 0
+	}
+	return st.Size()
+}
+
+// logSince returns m's log from byte offset on.
+func (m *member) logSince(offset int64) []byte {
+	b, err := os.ReadFile(m.logPath)
+	if err != nil || offset > int64(len(b)) {
+		return nil
+	}
+	return b[offset:]
 }
 
 // snapshotInstallMark is what raft logs when a node has installed a

@@ -81,6 +81,15 @@
 // finish and leave every log its replica count). Each asks every node
 // itself (ListLogs, /status) and looks into its data dir.
 //
+// TestMovedLogKeptAcrossRestart replays an operator's tryout that lost a
+// log of one replica: a fourth node joins after the default log's last
+// snapshot (a trim's), takes the log by the planner's balancing move,
+// leads the default log, is SIGTERMed and restarted while the new leader
+// backs off its AppendEntries to it, so that it hears heartbeats for
+// seconds before it learns the leader's commit index. Its catalog, from
+// the snapshot, still places the log elsewhere: it must not drop the log,
+// and every acknowledged record must read back (fixed by 657c228).
+//
 // Waiting for the rebuilt replicas found that DescribeLog's ConfigIndex
 // was always 0, so the replica planner took a log leader's uncommitted
 // configuration for committed (fixed: node/reconfigure.go, readConfig).
@@ -178,7 +187,8 @@
 // removals above. It does not create or delete logs while the nemeses
 // strike, nor lose the data dirs of two nodes at once (no protocol could
 // keep an entry whose every copy is gone), nor run named logs of 1
-// replica (a wiped node loses those: nothing rebuilds them). Below the final
+// replica under the nemeses (a wiped node loses those: nothing rebuilds
+// them). Below the final
 // floor it cannot tell a record that every node lost from one that was
 // trimmed, so it checks records there only against what the history
 // itself saw. It does not trim by retention (--retention-bytes,
