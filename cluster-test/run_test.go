@@ -539,6 +539,30 @@ func (c *cluster) finalLogs(ctx context.Context, name string) ([]nodeLog, error)
 	if err != nil {
 		return nil, err
 	}
+	// A leader elected just now reports the commit index raft restarted
+	// with (0 after a restart) until its stint's first entry commits:
+	// wait until it has committed every entry it holds, or the read below
+	// would stop short of records it was acknowledged for.
+	var m *member
+	for _, x := range c.logMembers(name) {
+		if x.id == lead.ID {
+			m = x
+		}
+	}
+	if m == nil {
+		return nil, fmt.Errorf("the leader %s of log %q is not one of its members", lead.ID, name)
+	}
+	err = poll(ctx, catchUpTimeout, func() (bool, error) {
+		st, err := m.logStatus(name)
+		if err != nil || st.Role != "Leader" || st.Term != lead.Term {
+			return false, nil // polled again until the timeout
+		}
+		lead = st
+		return st.CommitIndex >= st.LastIndex, nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("the leader %s of log %q did not commit its entries (commit index %d, last %d): %w", lead.ID, name, lead.CommitIndex, lead.LastIndex, err)
+	}
 	upTo := lead.CommitIndex
 	if err := c.waitLogApplied(ctx, name, upTo, catchUpTimeout); err != nil {
 		return nil, err
