@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -161,6 +162,10 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	// leave a new dir that restore refuses as not empty.
 	bound, err := bindListeners(c)
 	if err != nil {
+		// The likeliest reason a port is taken: the node runs already.
+		if inUse := dataDirInUse(c.DataDir); inUse != nil {
+			return nil, fmt.Errorf("%w (%v)", inUse, err)
+		}
 		return nil, err
 	}
 	// The data dir and every directory under it are made durable as they
@@ -198,6 +203,7 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 	}
 	if err := n.checkRestoreDone(); err != nil {
 		bound.close()
+		lock.Close()
 		return nil, err
 	}
 	n.ctx, n.cancel = context.WithCancel(context.Background())
@@ -496,6 +502,21 @@ func bindListeners(c Config) (*boundListeners, error) {
 		}
 	}
 	return b, nil
+}
+
+// dataDirInUse returns ErrDataDirInUse when another process holds the
+// lock of the data dir dir, and nil otherwise. It creates nothing: a dir
+// without a lock file is not in use.
+func dataDirInUse(dir string) error {
+	if _, err := os.Stat(filepath.Join(dir, lockName)); err != nil {
+		return nil
+	}
+	l, err := lockDataDir(dir)
+	if err != nil {
+		return err
+	}
+	l.Close()
+	return nil
 }
 
 // take returns the listener *ln and leaves nil in its place.

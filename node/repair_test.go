@@ -87,6 +87,13 @@ func TestRepairGuardAndCleanDir(t *testing.T) {
 	if _, err := Start(context.Background(), cfg); !errors.Is(err, ErrDataDirInUse) {
 		t.Fatalf("a second node on the same dir: %v, want ErrDataDirInUse", err)
 	}
+	// Started twice with the same flags, its ports are taken too: the
+	// error still says why (the ports are bound before the dir is locked).
+	same := n.cfg
+	same.ClientAddr = n.clientAddr
+	if _, err := Start(context.Background(), same); !errors.Is(err, ErrDataDirInUse) || !strings.Contains(err.Error(), "address already in use") {
+		t.Fatalf("the same node started twice: %v, want ErrDataDirInUse naming the port in use", err)
+	}
 	c.stop("n1")
 
 	before := testdamage.TreeDigest(t, dir)
