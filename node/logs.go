@@ -282,22 +282,34 @@ func (n *Node) reconcile(s *catalog.State, recent bool) {
 	}
 	// A log moved away (its move finished) is dropped only from a current
 	// catalog: a copy being replayed may show a time before the log moved
-	// here.
-	movedAway := func(id uint64) bool {
-		l, ok := s.LogByID(id)
-		return ok && l.State == catalog.LogActive && !l.HostedBy(n.cfg.ID) && n.catalogCurrent()
-	}
-	// drop drops log id's data, and logs why.
-	drop := func(id uint64, h *hostedLog) {
-		if l, ok := s.LogByID(id); ok && !gone(id) {
-			n.dropLog(id, h, "dropped its replica of a log that moved away", "log", l.Name, "now_on", strings.Join(l.Members, ","))
-			return
+	// here. Current is the catalog read after catalogCurrent said so, not
+	// s: s was read before, perhaps before the node caught up (a node
+	// restarted from a snapshot older than the move that brought it the
+	// log reads that snapshot's catalog at once, and applies the leader's
+	// commit index while it starts the replicas s places here).
+	movedAway := func(id uint64) (catalog.Log, bool) {
+		if l, ok := s.LogByID(id); !ok || l.State != catalog.LogActive || l.HostedBy(n.cfg.ID) || !n.catalogCurrent() {
+			return catalog.Log{}, false
 		}
-		n.dropLog(id, h, "dropped a deleted log's data")
+		l, ok := n.catalog.State().LogByID(id)
+		return l, ok && l.State == catalog.LogActive && !l.HostedBy(n.cfg.ID)
+	}
+	// dropped drops log id's data if the log was deleted or moved away,
+	// saying which (and where it went, from a current catalog), and
+	// reports whether it did.
+	dropped := func(id uint64, h *hostedLog) bool {
+		switch l, moved := movedAway(id); {
+		case gone(id):
+			n.dropLog(id, h, "dropped a deleted log's data")
+		case moved:
+			n.dropLog(id, h, "dropped its replica of a log that moved away", "log", l.Name, "now_on", strings.Join(l.Members, ","))
+		default:
+			return false
+		}
+		return true
 	}
 	for _, h := range n.host.all() {
-		if gone(h.id) || movedAway(h.id) {
-			drop(h.id, h)
+		if dropped(h.id, h) {
 			continue
 		}
 		if l, ok := s.LogByID(h.id); ok {
@@ -307,8 +319,8 @@ func (n *Node) reconcile(s *catalog.State, recent bool) {
 	}
 	n.balanceLeaders(s)
 	for _, id := range append(stored, n.leftDirs(held)...) {
-		if n.host.hosted(id) == nil && (gone(id) || movedAway(id)) {
-			drop(id, nil)
+		if n.host.hosted(id) == nil {
+			dropped(id, nil)
 		}
 	}
 }
