@@ -265,10 +265,25 @@ func (n *Node) reconcile(s *catalog.State, recent bool) {
 			n.warnLost(l) // started empty once its rebuild begins (moves.go)
 			continue
 		}
-		if !recent && !slices.Contains(stored, l.ID) {
-			continue
+		cs := s
+		if !slices.Contains(stored, l.ID) {
+			// An empty start (a bootstrap, or a new member that catches
+			// up) only from a current catalog, and judged by the catalog
+			// read after it said so: a node restarted from an older
+			// snapshot would otherwise bootstrap a log created there that
+			// has since moved away or been deleted, and a 1-replica log
+			// so bootstrapped would take appends no other replica holds.
+			if !recent || !n.catalogCurrent() {
+				continue
+			}
+			cs = n.catalog.State()
+			cur, ok := cs.LogByID(l.ID)
+			if !ok || cur.State != catalog.LogActive || !cur.HostedBy(n.cfg.ID) || (cur.Lost(n.cfg.ID) && cur.Joining != n.cfg.ID) {
+				continue
+			}
+			l = cur
 		}
-		switch err := n.startLog(s, l); {
+		switch err := n.startLog(cs, l); {
 		case err == nil || n.ctx.Err() != nil:
 		case n.host.isDamaged(l.ID):
 			n.cfg.Logger.Error("a log's data on this node is damaged: its replica does not start here (/status shows it Damaged)", "log", l.Name, "id", l.ID, "error", err)
