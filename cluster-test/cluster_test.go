@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftlog/raftlog/internal/testaddr"
 )
 
 // Bounds of the harness's waits. Each is generous: reaching one is a
@@ -213,26 +214,8 @@ func (c *cluster) startLate(m *member) error {
 }
 
 // freePorts returns n distinct ports that were free on 127.0.0.1 a moment
-// ago: each is picked by listening on port 0, and all listeners are
-// closed only once all are picked.
-func freePorts(n int) ([]int, error) {
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			return nil, err
-		}
-		lns = append(lns, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
-	}
-	return ports, nil
-}
+// ago, below the kernel's ephemeral range (see package testaddr).
+func freePorts(n int) ([]int, error) { return testaddr.Ports(n) }
 
 // bootstrapList is the --bootstrap value: every member's raft address
 // but the joiners'.

@@ -14,6 +14,7 @@ import (
 
 	"github.com/hashicorp/raft"
 
+	"github.com/raftlog/raftlog/internal/testaddr"
 	"github.com/raftlog/raftlog/transport"
 )
 
@@ -21,20 +22,9 @@ import (
 // moment ago.
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	var lns []net.Listener
-	defer func() {
-		for _, l := range lns {
-			l.Close()
-		}
-	}()
-	var addrs []string
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		lns = append(lns, l)
-		addrs = append(addrs, l.Addr().String())
+	addrs, err := testaddr.Addrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return addrs
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,6 +14,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/raftlog/raftlog/internal/testaddr"
 )
 
 // exitWait bounds how long a node process may take to exit after SIGTERM.
@@ -83,14 +84,9 @@ func cleanEnv() []string {
 // same one (a raft port and another node's client port).
 func freeAddrs(t *testing.T, n int) []string {
 	t.Helper()
-	var addrs []string
-	for range n {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer ln.Close()
-		addrs = append(addrs, ln.Addr().String())
+	addrs, err := testaddr.Addrs(n)
+	if err != nil {
+		t.Fatal(err)
 	}
 	return addrs
 }
