@@ -26,6 +26,27 @@ func upToIndex(m map[uint64]string, index uint64) map[uint64]string {
 }
 
 // sameRecordMaps fails unless got holds exactly want.
+// waitLogRecordsOn reads log's records from index from on node p alone
+// (stale reads) until done says they are all there, within two minutes,
+// and returns them by index; when says at what point, for a failure.
+func waitLogRecordsOn(t *testing.T, h *serveHarness, p *procNode, log string, from uint64, when string, done func(map[uint64]string) bool) map[uint64]string {
+	t.Helper()
+	var got map[uint64]string
+	waitUntil(t, 2*time.Minute, when+": "+p.id+" holding log "+log, func() bool {
+		out, _, code := h.cli("read", "--log", log, "--addrs", p.client, "--stale", "--from", strconv.FormatUint(from, 10), "--timeout", "5s")
+		if code != 0 || strings.TrimSpace(out) == "" {
+			return false
+		}
+		i, d := parseRecords(t, out)
+		got = map[uint64]string{}
+		for k, x := range i {
+			got[x] = d[k]
+		}
+		return done(got)
+	})
+	return got
+}
+
 func sameRecordMaps(t *testing.T, what string, got, want map[uint64]string) {
 	t.Helper()
 	for i, w := range want {
@@ -170,17 +191,7 @@ func TestNamedLogBackupRestoreProcesses(t *testing.T) {
 	check := func(when string) {
 		t.Helper()
 		for _, p := range nodes {
-			var got map[uint64]string
-			waitUntil(t, 2*time.Minute, when+": "+p.id+" holding the restored log", func() bool {
-				out, _, code := h.cli("read", "--log", "orders", "--addrs", p.client, "--stale", "--from", strconv.FormatUint(floor, 10), "--timeout", "5s")
-				if code != 0 || strings.TrimSpace(out) == "" {
-					return false
-				}
-				i, d := parseRecords(t, out)
-				got = map[uint64]string{}
-				for k, x := range i {
-					got[x] = d[k]
-				}
+			got := waitLogRecordsOn(t, h, p, "orders", floor, when, func(got map[uint64]string) bool {
 				return len(upToIndex(got, hdr.Index)) >= len(want)
 			})
 			sameRecordMaps(t, when+": "+p.id, upToIndex(got, hdr.Index), want)
@@ -258,19 +269,7 @@ func TestClusterRestoreWithNamedLogs(t *testing.T) {
 	out = h.mustCLI("restore", "--log", "orders", "--in", ordersFile, "--addrs", addrs)
 	t.Logf("restore --log orders: %s", strings.TrimSpace(out))
 	for _, p := range nodes {
-		var got map[uint64]string
-		waitUntil(t, 2*time.Minute, p.id+" holding the restored log", func() bool {
-			out, _, code := h.cli("read", "--log", "orders", "--addrs", p.client, "--stale", "--from", "1", "--timeout", "5s")
-			if code != 0 || strings.TrimSpace(out) == "" {
-				return false
-			}
-			i, d := parseRecords(t, out)
-			got = map[uint64]string{}
-			for k, x := range i {
-				got[x] = d[k]
-			}
-			return len(got) >= len(want)
-		})
+		got := waitLogRecordsOn(t, h, p, "orders", 1, "after the restore", func(got map[uint64]string) bool { return len(got) >= len(want) })
 		sameRecordMaps(t, p.id, got, want)
 	}
 	h.mustCLI("log", "create", "audit", "--replicas", "1", "--addrs", addrs)
