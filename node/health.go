@@ -23,7 +23,9 @@ import (
 //     would only make things worse.
 //   - /ready, readiness: can this node serve clients now? A voter that is
 //     in touch with the cluster: a follower that heard from its leader
-//     within the leader lease (Config.LeaderLeaseTimeout), or a leader
+//     within the leader lease (Config.LeaderLeaseTimeout) and, since it
+//     started, has applied a commit index its leader sent it
+//     (notCaughtUp), or a leader
 //     whose first entry of its term has committed (before that it cannot
 //     tell what is committed, and reads wait) and that confirms its
 //     leadership with a quorum of voters within the lease, as a
@@ -91,10 +93,42 @@ func (n *Node) notReady(ctx context.Context) (why, ready string) {
 			return fmt.Sprintf("a follower of %s that last heard from it %v ago, longer than the leader lease (%v)",
 				leader, ago.Round(time.Millisecond), lease), ""
 		}
+		if why := n.notCaughtUp(leader); why != "" {
+			return why, ""
+		}
 		return "", fmt.Sprintf("a follower of %s in term %d", leader, n.raft.CurrentTerm())
 	default:
 		return fmt.Sprintf("a %s in term %d: an election is under way", st, n.raft.CurrentTerm()), ""
 	}
+}
+
+// notCaughtUp returns why a follower of leader has not caught up since it
+// started, "" once it has: it has applied a commit index that a leader of
+// raft's current term sent it (or it has led since it started). A node
+// restarted from a snapshot older than its log holds the snapshot's index
+// as raft's commit index (0 without one) and applies nothing until an
+// AppendEntries with entries or a commit index comes; heartbeats carry
+// neither, and the leader's replication to a node that was down backs off,
+// so for a second or more it hears from its leader, its /status shows
+// commit and applied index 0 (or the snapshot's), and a stale read sees
+// the log as it was at that snapshot. A rolling restart that took it for
+// ready went on to the next node at once. Once caught up it stays so: a
+// follower falls behind under load by a batch or two, which is no reason
+// to take it out of a load balancer.
+func (n *Node) notCaughtUp(leader raft.ServerID) string {
+	if n.replayed.Load() {
+		return ""
+	}
+	term := n.raft.CurrentTerm()
+	c := n.gate.commit.Load()
+	if c == nil || c.term != term {
+		return fmt.Sprintf("a follower of %s in term %d that has not learned the commit index since it started: it has not replayed its log yet", leader, term)
+	}
+	if applied := n.fsm.Applied.Load(); applied < c.index {
+		return fmt.Sprintf("a follower of %s catching up since it started: applied index %d, the commit index its leader sent %d", leader, applied, c.index)
+	}
+	n.replayed.Store(true)
+	return ""
 }
 
 // leaderNotReady is notReady for a node that raft says leads.
@@ -128,6 +162,7 @@ func (n *Node) leaderNotReady(ctx context.Context, lease time.Duration) (why, re
 	if now := n.raft.CurrentTerm(); now != term {
 		return fmt.Sprintf("led in term %d, and the term is now %d", term, now), ""
 	}
+	n.replayed.Store(true) // a leader whose term's first entry committed has applied everything before it
 	return "", fmt.Sprintf("the leader in term %d", term)
 }
 

@@ -101,6 +101,9 @@ type Node struct {
 	joiningNow atomic.Bool   // a new member, not yet promoted (rejoin.go)
 	removed    atomic.Bool   // removed from the cluster (removed.go)
 	voting     chan struct{} // closed once the node votes
+	// replayed: since it started, the node has applied a commit index a
+	// leader sent it in raft's current term, or led (health.go, /ready).
+	replayed atomic.Bool
 	// joinedAt is the index of the entry that added the node when it last
 	// joined as a new member: the joining marker's while it joins (0 until
 	// known), the rejoined marker's once promoted (0 if it never joined so).
