@@ -264,23 +264,36 @@ func restoredState(state []byte, hdr backup.Header) ([]byte, uint64, int, []stri
 	case err != nil:
 		return nil, 0, 0, nil, fmt.Errorf("node: restore: %w: %v", backup.ErrCorrupt, err)
 	}
-	sum, err := replica.SummarizeState(state)
+	dropped, err := BackupNamedLogs(state)
 	if err != nil {
-		return nil, 0, 0, nil, fmt.Errorf("node: restore: %w: %v", backup.ErrCorrupt, err)
-	}
-	var dropped []string
-	if len(sum.Control) > 0 {
-		cat, err := catalog.ReadSnapshot(bytes.NewReader(sum.Control))
-		if err != nil {
-			return nil, 0, 0, nil, fmt.Errorf("node: restore: %w: the catalog in its state: %v", backup.ErrCorrupt, err)
-		}
-		for _, l := range cat.LogsByName() {
-			if l.ID != 0 && l.State == catalog.LogActive {
-				dropped = append(dropped, l.Name)
-			}
-		}
+		return nil, 0, 0, nil, fmt.Errorf("node: restore: %w", err)
 	}
 	return out, recordBytes, sessions, dropped, nil
+}
+
+// BackupNamedLogs returns, sorted, the names of the named logs the catalog
+// in a default log's backup state (backup.Reader.State) lists: a full
+// restore of it starts the new cluster without them (RestoreInfo). An
+// error wraps backup.ErrCorrupt.
+func BackupNamedLogs(state []byte) ([]string, error) {
+	sum, err := replica.SummarizeState(state)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", backup.ErrCorrupt, err)
+	}
+	if len(sum.Control) == 0 {
+		return nil, nil
+	}
+	cat, err := catalog.ReadSnapshot(bytes.NewReader(sum.Control))
+	if err != nil {
+		return nil, fmt.Errorf("%w: the catalog in its state: %v", backup.ErrCorrupt, err)
+	}
+	var names []string
+	for _, l := range cat.LogsByName() {
+		if l.ID != catalog.DefaultID && l.State == catalog.LogActive {
+			names = append(names, l.Name)
+		}
+	}
+	return names, nil
 }
 
 // restoreLog stores the backup's entries in the first archive group of a

@@ -262,12 +262,28 @@ address where a member of the old cluster still runs.
 	}
 	br := bufio.NewReaderSize(src, 1<<20)
 	if check {
-		h, s, err := backup.Verify(br)
+		bk, err := backup.NewReader(br)
 		if err != nil {
 			return fmt.Errorf("%s: %w", in, err)
 		}
+		for err == nil {
+			_, err = bk.Next()
+		}
+		if err != io.EOF {
+			return fmt.Errorf("%s: %w", in, err)
+		}
+		h, s := bk.Header(), bk.Summary()
 		fmt.Fprintf(e.stdout, "%s: a raftlog backup, format version %d, of %s, of index %d (term %d), taken %s: %d entries from index %d, %s of data, %s in all; every checksum matches\n",
 			in, h.Version, describeSource(h), h.Index, h.Term, h.Created.UTC().Format(time.RFC3339), s.Entries, h.Floor, formatSize(int64(s.DataBytes)), formatSize(s.Size))
+		if h.Log.Name == backup.DefaultLog {
+			names, err := node.BackupNamedLogs(bk.State())
+			if err != nil {
+				return fmt.Errorf("%s: %w", in, err)
+			}
+			if len(names) > 0 {
+				fmt.Fprintf(e.stdout, "its catalog lists the named logs %s, whose records it does not hold: a cluster restored from it starts without them (restore each from its own backup with --log)\n", strings.Join(names, ", "))
+			}
+		}
 		return nil
 	}
 	cfg.Logger = hclog.New(&hclog.LoggerOptions{Name: "restore", Level: hclog.Warn, Output: e.stderr})

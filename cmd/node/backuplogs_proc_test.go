@@ -255,6 +255,9 @@ func TestClusterRestoreWithNamedLogs(t *testing.T) {
 		h.stop(p)
 	}
 
+	if out := h.mustCLI("restore", "--check", "--in", clusterFile); !strings.Contains(out, "named logs audit, orders") {
+		t.Fatalf("restore --check does not say which named logs a restore starts without:\n%s", out)
+	}
 	out := h.mustCLI("restore", "--in", clusterFile, "--id", "n1", "--data-dir", filepath.Join(h.dir, "scratch"), "--bootstrap", "n1=127.0.0.1:1")
 	if !strings.Contains(out, "2 named logs (audit, orders)") || !strings.Contains(out, "node restore --log NAME") {
 		t.Fatalf("restore does not say which named logs the new cluster starts without, and how to restore them:\n%s", out)
