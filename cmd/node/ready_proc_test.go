@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -54,6 +55,10 @@ func TestReadyAfterRestartOnceReplayed(t *testing.T) {
 	down := time.NewTimer(2 * time.Second) // as long as an upgrade may keep it down
 	<-down.C
 	admin := freeAddrs(t, 1)[0]
+	before, err := os.ReadFile(p.log)
+	if err != nil {
+		t.Fatal(err)
+	}
 	h.start(p, "--admin-addr", admin)
 	hc := &http.Client{Timeout: 2 * time.Second}
 	get := func(path string) (int, []byte) {
@@ -90,6 +95,11 @@ func TestReadyAfterRestartOnceReplayed(t *testing.T) {
 			p.id, s.Node.Role, s.Node.Commit, s.Node.Applied, last, notReady)
 	}
 	t.Logf("%s ready with applied index %d (>= %d); before that /ready said %q", p.id, s.Node.Applied, last, notReady)
+	// Restarted without --bootstrap, it is not a new node waiting to be
+	// added, and does not say so.
+	if after, err := os.ReadFile(p.log); err != nil || strings.Contains(string(after[len(before):]), "a new node waits") {
+		t.Fatalf("%s, restarted on its data dir, logs that it is a new node waiting for 'node join' (%v):\n%s", p.id, err, after[len(before):])
+	}
 	out := h.mustCLI("read", "--stale", "--addrs", p.client, "--from", "0")
 	if idx, _ := parseRecords(t, out); len(idx) != len(acked) {
 		t.Fatalf("a stale read from %s once ready returned %d records, want %d", p.id, len(idx), len(acked))

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/hashicorp/go-hclog"
@@ -234,6 +236,13 @@ func cmdServe(ctx context.Context, e *env, args []string) error {
 	return serve(ctx, o.cfg, o.joinTimeout)
 }
 
+// holdsStore reports whether the data dir dir holds a node's store: a
+// node restarted on it is not new, whatever its flags.
+func holdsStore(dir string) bool {
+	_, err := os.Stat(filepath.Join(dir, "store"))
+	return err == nil
+}
+
 // serve starts a node with cfg and runs it until ctx ends, then closes it.
 // joinTimeout, when positive, bounds the join of a new node.
 func serve(ctx context.Context, cfg node.Config, joinTimeout time.Duration) error {
@@ -241,7 +250,7 @@ func serve(ctx context.Context, cfg node.Config, joinTimeout time.Duration) erro
 	switch {
 	case len(cfg.Join) > 0:
 		log.Info("starting; a new node joins the cluster through", "addrs", cfg.Join, "timeout", joinTimeout)
-	case len(cfg.Bootstrap) == 0:
+	case len(cfg.Bootstrap) == 0 && !holdsStore(cfg.DataDir):
 		log.Info("starting without --bootstrap or --join: a new node waits for 'node join' to add it")
 	}
 	sctx := ctx
