@@ -196,16 +196,37 @@ func (n *Node) lookupLog(name string) (catalog.Log, error) {
 }
 
 // notHosted is the NotLeader answer of a node that does not host log l:
-// it names a member of the log to ask.
+// it names a member of the log to ask, one that is a member of this
+// cluster (of the default log's configuration). A catalog can list nodes
+// that are not: one restored by an older version kept the old cluster's
+// (restore.go), and a client sent on to one of them had its appends
+// stored, and acknowledged, by the other cluster.
 func (n *Node) notHosted(l catalog.Log) *transport.Error {
 	e := &transport.Error{Code: transport.CodeNotLeader,
 		Message: fmt.Sprintf("node %s does not hold log %q", n.cfg.ID, l.Name)}
 	s := n.catalog.State()
-	for _, m := range l.Hosts() {
-		if nd, ok := s.Node(m); ok && nd.ClientAddr != "" && m != n.cfg.ID {
-			e.MemberID, e.MemberAddr = m, nd.ClientAddr
-			break
+	members := map[string]bool{}
+	if c, ok := readConfig(n.raft); ok {
+		for _, srv := range c.servers {
+			members[string(srv.ID)] = true
 		}
+	}
+	var foreign []string
+	for _, m := range l.Hosts() {
+		nd, ok := s.Node(m)
+		if !ok || nd.ClientAddr == "" || m == n.cfg.ID {
+			continue
+		}
+		if !members[m] {
+			foreign = append(foreign, m)
+			continue
+		}
+		e.MemberID, e.MemberAddr = m, nd.ClientAddr
+		return e
+	}
+	if len(foreign) > 0 {
+		e.Message += fmt.Sprintf("; the catalog places it on %s, which %s not a member of this cluster",
+			strings.Join(foreign, ", "), map[bool]string{true: "is", false: "are"}[len(foreign) == 1])
 	}
 	return e
 }
