@@ -344,8 +344,10 @@ func (n *Node) reconcile(s *catalog.State, recent bool) {
 		}
 		return true
 	}
+	dropsNow := map[uint64]bool{}
 	for _, h := range n.host.all() {
 		if dropped(h.id, h) {
+			dropsNow[h.id] = true // stored was listed before: not again below
 			continue
 		}
 		if l, ok := s.LogByID(h.id); ok {
@@ -355,7 +357,7 @@ func (n *Node) reconcile(s *catalog.State, recent bool) {
 	}
 	n.balanceLeaders(s)
 	for _, id := range append(stored, n.leftDirs(held)...) {
-		if n.host.hosted(id) == nil {
+		if n.host.hosted(id) == nil && !dropsNow[id] {
 			dropped(id, nil)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/catalog"
@@ -99,9 +100,12 @@ func TestRemoveNodeMovesReplicas(t *testing.T) {
 }
 
 // A node that joins takes replicas of existing logs, one move at a time,
-// until the spread is even.
+// until the spread is even; each node a replica moved from says so once.
 func TestJoinedNodeTakesReplicas(t *testing.T) {
-	c := newTestCluster(t, 3, nil)
+	drops := &lineCounter{want: "dropped its replica of a log that moved away"}
+	c := newTestCluster(t, 3, func(cfg *Config) {
+		cfg.Logger = hclog.New(&hclog.LoggerOptions{Level: hclog.Info, Output: drops})
+	})
 	leader := c.waitLeader()
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
@@ -123,6 +127,15 @@ func TestJoinedNodeTakesReplicas(t *testing.T) {
 	}
 	for name, want := range acked {
 		sameMap(t, "log "+name+" after the rebalance", readLog(t, ctx, cl.Log(name)), want)
+	}
+	// Each replica n4 took was dropped where it was; once the nodes have
+	// stopped (nothing logs after), each drop was said once.
+	waitForIn(t, time.Minute, "the three moved replicas dropped", func() bool { return drops.count() >= 3 })
+	for _, id := range []string{"n1", "n2", "n3", "n4"} {
+		c.stop(id)
+	}
+	if got := drops.count(); got != 3 {
+		t.Errorf("%d lines say a replica of a log that moved away was dropped, for 3 moves", got)
 	}
 }
 
