@@ -21,6 +21,11 @@ var (
 	// ErrInvalidNode reports a node id or address that is empty or too
 	// long. Client code: BadRequest.
 	ErrInvalidNode = errors.New("catalog: invalid node")
+	// ErrInvalidClusterID reports a cluster id that is not 32 hex digits
+	// (ParseClusterID), or the zero id, which is no cluster's. None of the other Invalid errors
+	// fits: a cluster id is neither a log's nor a node's. Client code:
+	// BadRequest.
+	ErrInvalidClusterID = errors.New("catalog: invalid cluster id")
 	// ErrExists reports a create of a log whose name is taken (by a live
 	// log or one still being deleted), or a second start of the catalog.
 	// Client code: FailedPrecondition.

@@ -32,6 +32,13 @@ func (a *applier) ok(c Command) Result {
 	return r
 }
 
+// testClusterID is the cluster id of tests that need one: bytes 0x01 to
+// 0x10.
+var testClusterID = ClusterID{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+
+// otherClusterID is another cluster's id.
+var otherClusterID = ClusterID{0xff, 0xee, 0xdd, 0xcc, 0xbb, 0xaa, 0x99, 0x88, 0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00}
+
 // nodes returns n nodes n1..nN with addresses.
 func nodes(n int) []Node {
 	out := make([]Node, n)
