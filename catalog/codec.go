@@ -17,6 +17,7 @@ import (
 //	strings  uint count | string*
 //	settings uint replicas | int retention bytes | int retention age (ns)
 //	node     string id | string raft addr | string client addr | uint state
+//	cluster id  16 bytes, as they are (no length: the size is fixed)
 //
 // A reader checks every length against the bytes left before it
 // allocates, so a short input cannot make it allocate much.
@@ -55,6 +56,8 @@ func (w *writer) node(n *Node) {
 	w.string(n.ClientAddr)
 	w.uint(uint64(n.State))
 }
+
+func (w *writer) clusterID(id ClusterID) { w.b = append(w.b, id[:]...) }
 
 // reader decodes values from a byte slice. The first failure is kept in
 // err; later reads return zero values. A reader belongs to the goroutine
@@ -160,6 +163,19 @@ func (r *reader) node() *Node {
 	}
 	n.State = NodeState(st)
 	return n
+}
+
+func (r *reader) clusterID() ClusterID {
+	var id ClusterID
+	if r.err != nil {
+		return id
+	}
+	if len(r.b)-r.off < len(id) {
+		r.fail("cluster id of %d bytes runs past the end (%d bytes left)", len(id), len(r.b)-r.off)
+		return id
+	}
+	r.off += copy(id[:], r.b[r.off:])
+	return id
 }
 
 // end fails unless every byte has been read.

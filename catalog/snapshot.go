@@ -14,7 +14,9 @@ import (
 // sent to nodes that fall behind):
 //
 //	snapshot = magic "RLCATSNP" | version u8 | length u32 | body | crc32c u32
-//	body     = uint index | uint started (0 or 1) | uint next id
+//	body     = catalog                 (version 1)
+//	         | catalog | cluster id    (version 2)
+//	catalog  = uint index | uint started (0 or 1) | uint next id
 //	           | uint node count | node* | uint log count | log*
 //	log      = string name | uint id | settings | uint state | strings members
 //	           | strings initial | string joining | string leaving
@@ -24,12 +26,29 @@ import (
 // length and body. Fixed-width integers are big-endian; the body is in the
 // primitives of codec.go. Nodes are in increasing id order, logs in
 // increasing id order, so the same catalog always gives the same bytes.
+//
+// Versions. A catalog without a cluster id is written as version 1, byte
+// for byte as before version 2 existed, so that a node of an earlier
+// release (which reads version 1 only) reads it. A catalog with a cluster
+// id is written as version 2: the version-1 body followed by the id's 16
+// bytes, never the zero id. ReadSnapshot reads both; a version-2 body
+// without its 16 id bytes, with bytes after them, or with the zero id is
+// refused (ErrMalformed). An earlier release refuses a version-2 snapshot
+// (ErrUnsupported).
 const (
 	snapshotMagic = "RLCATSNP"
-	// SnapshotVersion is the snapshot format this code writes and the only
-	// one it reads. Wire format.
-	SnapshotVersion byte = 1
-	snapshotHeader       = len(snapshotMagic) + 1 + 4
+	// SnapshotVersion is the newest snapshot format: version 2, which this
+	// code writes for a catalog with a cluster id. A catalog without one is
+	// written as version 1, which earlier releases read. ReadSnapshot reads
+	// versions 1 and 2. Wire format.
+	SnapshotVersion = snapshotV2
+	// snapshotV1 is the format of a catalog without a cluster id. Wire
+	// format.
+	snapshotV1 byte = 1
+	// snapshotV2 is the format of a catalog with a cluster id: version 1's
+	// body, then the id. Wire format.
+	snapshotV2     byte = 2
+	snapshotHeader      = len(snapshotMagic) + 1 + 4
 	// MaxSnapshotBody is the largest snapshot body read, a bound on what a
 	// damaged length can make Restore allocate. A catalog of 100,000 logs
 	// takes about 10 MiB.
@@ -38,7 +57,8 @@ const (
 
 var crcTable = crc32.MakeTable(crc32.Castagnoli)
 
-// AppendSnapshot appends the snapshot of s to dst.
+// AppendSnapshot appends the snapshot of s to dst: version 1 if s has no
+// cluster id, version 2 if it has one.
 func AppendSnapshot(dst []byte, s *State) []byte {
 	w := &writer{}
 	w.uint(s.index)
@@ -68,17 +88,22 @@ func AppendSnapshot(dst []byte, s *State) []byte {
 		w.strings(l.Dropped)
 		w.uint(l.Version)
 	}
+	version := snapshotV1
+	if !s.clusterID.IsZero() {
+		version = snapshotV2
+		w.clusterID(s.clusterID)
+	}
 	start := len(dst)
 	dst = append(dst, snapshotMagic...)
-	dst = append(dst, SnapshotVersion)
+	dst = append(dst, version)
 	dst = binary.BigEndian.AppendUint32(dst, uint32(len(w.b)))
 	dst = append(dst, w.b...)
 	return binary.BigEndian.AppendUint32(dst, crc32.Checksum(dst[start+len(snapshotMagic):], crcTable))
 }
 
 // ReadSnapshot reads a snapshot that AppendSnapshot wrote, and nothing
-// after it: trailing bytes are an error. It checks the magic, version,
-// length and checksum, decodes the catalog, and checks its invariants
+// after it: trailing bytes are an error. It checks the magic, version (1
+// or 2), length and checksum, decodes the catalog, and checks its invariants
 // (valid names, unique ids, members that are distinct catalog nodes, a
 // consistent move), so that a catalog it returns applies commands as one
 // built by commands would.
@@ -97,8 +122,9 @@ func decodeSnapshot(b []byte) (*State, error) {
 	if string(b[:len(snapshotMagic)]) != snapshotMagic {
 		return nil, fmt.Errorf("%w: no snapshot magic", ErrCorrupt)
 	}
-	if v := b[len(snapshotMagic)]; v != SnapshotVersion {
-		return nil, fmt.Errorf("%w: snapshot version %d, this node reads version %d", ErrUnsupported, v, SnapshotVersion)
+	version := b[len(snapshotMagic)]
+	if version != snapshotV1 && version != snapshotV2 {
+		return nil, fmt.Errorf("%w: snapshot version %d, this node reads versions %d and %d", ErrUnsupported, version, snapshotV1, snapshotV2)
 	}
 	n := binary.BigEndian.Uint32(b[len(snapshotMagic)+1:])
 	if n > MaxSnapshotBody {
@@ -111,15 +137,16 @@ func decodeSnapshot(b []byte) (*State, error) {
 	if sum, want := crc32.Checksum(b[len(snapshotMagic):end], crcTable), binary.BigEndian.Uint32(b[end:]); sum != want {
 		return nil, fmt.Errorf("%w: snapshot checksum %08x, computed %08x", ErrCorrupt, want, sum)
 	}
-	s, err := decodeState(b[snapshotHeader:end])
+	s, err := decodeState(b[snapshotHeader:end], version)
 	if err != nil {
 		return nil, fmt.Errorf("catalog: snapshot: %w", err)
 	}
 	return s, nil
 }
 
-// decodeState decodes and checks a snapshot body.
-func decodeState(b []byte) (*State, error) {
+// decodeState decodes and checks the body of a snapshot of version
+// version (1 or 2).
+func decodeState(b []byte, version byte) (*State, error) {
 	r := &reader{b: b}
 	s := &State{nodes: map[string]*Node{}, logs: map[uint64]*Log{}, byName: map[string]uint64{}}
 	s.index = r.uint()
@@ -179,9 +206,15 @@ func decodeState(b []byte) (*State, error) {
 		s.logs[l.ID] = l
 		s.byName[l.Name] = l.ID
 	}
+	if version == snapshotV2 {
+		s.clusterID = r.clusterID()
+	}
 	r.end()
 	if r.err != nil {
 		return nil, r.err
+	}
+	if version == snapshotV2 && s.clusterID.IsZero() {
+		return nil, fmt.Errorf("%w: a version %d snapshot with the zero cluster id (a catalog without an id is written as version %d)", ErrMalformed, snapshotV2, snapshotV1)
 	}
 	def, ok := s.logs[DefaultID]
 	switch {

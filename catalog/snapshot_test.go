@@ -9,6 +9,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"reflect"
+	"strings"
 	"testing"
 
 	"github.com/hashicorp/raft"
@@ -43,25 +44,80 @@ func restoreInto(f *FSM, b []byte) error {
 	return f.Restore(io.NopCloser(bytes.NewReader(b)))
 }
 
+// withClusterID returns a copy of s with cluster id id.
+func withClusterID(s *State, id ClusterID) *State {
+	c := *s
+	c.clusterID = id
+	return &c
+}
+
+// TestSnapshotRoundTrip: a catalog restored from its snapshot is the same
+// catalog and snapshots to the same bytes, of version 1 without a cluster
+// id (which earlier releases read) and 2 with one.
 func TestSnapshotRoundTrip(t *testing.T) {
+	initial, based := New().State(), base(t).f.State()
 	for _, tc := range []struct {
-		name string
-		a    *applier
-	}{{"initial", newApplier(t)}, {"base", base(t)}} {
+		name    string
+		s       *State
+		version byte
+	}{
+		{"initial", initial, 1},
+		{"base", based, 1},
+		{"initial with a cluster id", withClusterID(initial, testClusterID), 2},
+		{"base with a cluster id", withClusterID(based, otherClusterID), 2},
+	} {
 		t.Run(tc.name, func(t *testing.T) {
-			b := snapshotOf(t, tc.a.f)
+			b := AppendSnapshot(nil, tc.s)
+			if v := b[len(snapshotMagic)]; v != tc.version {
+				t.Fatalf("snapshot version %d, want %d", v, tc.version)
+			}
 			f := New()
 			if err := restoreInto(f, b); err != nil {
 				t.Fatal(err)
 			}
-			want, got := tc.a.f.State(), f.State()
-			if !reflect.DeepEqual(got, want) {
-				t.Fatalf("restored %+v, want %+v", got, want)
+			got := f.State()
+			if !reflect.DeepEqual(got, tc.s) || got.ClusterID() != tc.s.ClusterID() {
+				t.Fatalf("restored %+v, want %+v", got, tc.s)
 			}
 			if !bytes.Equal(snapshotOf(t, f), b) {
 				t.Fatal("the restored catalog's snapshot differs")
 			}
 		})
+	}
+}
+
+// TestSnapshotWireFormat pins the bytes of the initial catalog's snapshot,
+// without a cluster id (version 1, as every release before version 2
+// wrote it) and with one (version 2: the same catalog, then the id).
+func TestSnapshotWireFormat(t *testing.T) {
+	body := []byte{
+		0, 0, 1, // index 0, not started, next id 1
+		0, 1, // no nodes, one log:
+		7, 'd', 'e', 'f', 'a', 'u', 'l', 't', 0, // name "default", id 0
+		0, 0, 0, // replicas, retention bytes and age 0
+		1, 0, 0, 0, 0, 0, 1, // active; no members, initial, move, dropped; version 1
+	}
+	// magic, version, body length (24 bytes; 40 with the id), body, CRC-32C
+	v1 := append([]byte("RLCATSNP\x01\x00\x00\x00\x18"), body...)
+	v1 = append(v1, 0xa7, 0xa2, 0x82, 0xb9)
+	v2 := append([]byte("RLCATSNP\x02\x00\x00\x00\x28"), body...)
+	v2 = append(v2, testClusterID[:]...)
+	v2 = append(v2, 0xd9, 0x1d, 0xa0, 0x13)
+	for _, tc := range []struct {
+		name string
+		s    *State
+		want []byte
+	}{
+		{"without a cluster id", New().State(), v1},
+		{"with a cluster id", withClusterID(New().State(), testClusterID), v2},
+	} {
+		if got := AppendSnapshot(nil, tc.s); !bytes.Equal(got, tc.want) {
+			t.Errorf("%s: snapshot\n% x, want\n% x", tc.name, got, tc.want)
+		}
+		s, err := decodeSnapshot(tc.want)
+		if err != nil || !Equal(s, tc.s) {
+			t.Errorf("%s: read back: %v", tc.name, err)
+		}
 	}
 }
 
@@ -129,10 +185,21 @@ func reseal(b []byte) []byte {
 	return b
 }
 
+// sealed frames body as a snapshot of version, with its length and
+// checksum.
+func sealed(version byte, body []byte) []byte {
+	b := append([]byte(snapshotMagic), version, 0, 0, 0, 0)
+	return reseal(append(append(b, body...), 0, 0, 0, 0))
+}
+
+// bodyOf returns the body of the snapshot b.
+func bodyOf(b []byte) []byte { return b[snapshotHeader : len(b)-4] }
+
 // TestRestoreCorrupt: a snapshot with any byte changed, cut short or
 // extended is refused with an error, and the catalog stays as it was.
 func TestRestoreCorrupt(t *testing.T) {
 	good := snapshotOf(t, base(t).f)
+	goodID := AppendSnapshot(nil, withClusterID(base(t).f.State(), testClusterID))
 	f := started(t, 2).f
 	before := snapshotOf(t, f)
 	check := func(what string, b []byte, want ...error) {
@@ -149,18 +216,47 @@ func TestRestoreCorrupt(t *testing.T) {
 			t.Fatalf("%s: the catalog changed", what)
 		}
 	}
-	for i := range good {
-		b := bytes.Clone(good)
-		b[i] ^= 0x5a
-		check(fmt.Sprintf("byte %d changed", i), b, ErrCorrupt, ErrUnsupported)
+	for _, good := range [][]byte{good, goodID} {
+		v := good[len(snapshotMagic)]
+		for i := range good {
+			b := bytes.Clone(good)
+			b[i] ^= 0x5a
+			check(fmt.Sprintf("version %d, byte %d changed", v, i), b, ErrCorrupt, ErrUnsupported)
+		}
+		for n := 0; n < len(good); n++ {
+			check(fmt.Sprintf("version %d, %d of %d bytes", v, n, len(good)), good[:n], ErrCorrupt)
+		}
+		check(fmt.Sprintf("version %d, a trailing byte", v), append(bytes.Clone(good), 0), ErrCorrupt)
 	}
-	for n := 0; n < len(good); n++ {
-		check(fmt.Sprintf("%d of %d bytes", n, len(good)), good[:n], ErrCorrupt)
+	relabel := func(b []byte, version byte) []byte {
+		b = bytes.Clone(b)
+		b[len(snapshotMagic)] = version
+		return b
 	}
-	check("a trailing byte", append(bytes.Clone(good), 0), ErrCorrupt)
-	v2 := bytes.Clone(good)
-	v2[len(snapshotMagic)] = 2
-	check("version 2", v2, ErrUnsupported)
+	// The checksum covers the version.
+	check("version 1 relabelled 2", relabel(good, 2), ErrCorrupt)
+	check("version 2 relabelled 1", relabel(goodID, 1), ErrCorrupt)
+	check("version 0", reseal(relabel(good, 0)), ErrUnsupported)
+	check("version 3", reseal(relabel(goodID, 3)), ErrUnsupported)
+
+	// Sealed, but the cluster id does not fit the version.
+	body, bodyID := bodyOf(good), bodyOf(goodID)
+	for _, tc := range []struct {
+		name string
+		b    []byte
+		says string
+	}{
+		{"version 2 without a cluster id", sealed(2, body), "cluster id of 16 bytes runs past the end (0 bytes left)"},
+		{"version 2 with 15 bytes of cluster id", sealed(2, bodyID[:len(bodyID)-1]), "(15 bytes left)"},
+		{"version 2 with a byte after the cluster id", sealed(2, append(bytes.Clone(bodyID), 0)), "1 trailing bytes"},
+		{"version 2 with the zero cluster id", sealed(2, append(bytes.Clone(body), make([]byte, 16)...)), "zero cluster id"},
+		{"version 1 with a cluster id", sealed(1, bodyID), "16 trailing bytes"},
+	} {
+		check(tc.name, tc.b, ErrMalformed)
+		if err := restoreInto(f, tc.b); !strings.Contains(err.Error(), tc.says) {
+			t.Fatalf("%s: error %q does not say %q", tc.name, err, tc.says)
+		}
+	}
 
 	// Sealed, but the catalog inside breaks an invariant.
 	bad := func(change func(s *State)) []byte {
@@ -205,17 +301,19 @@ func TestRestoreCorrupt(t *testing.T) {
 // same bytes, and takes commands, placement and plans without panicking
 // or breaking an invariant.
 func FuzzRestore(f *testing.F) {
-	for _, fsm := range []*FSM{New(), base(f).f, started(f, 1).f} {
-		b := snapshotOf(f, fsm)
-		f.Add(b, false)
-		f.Add(b[snapshotHeader:len(b)-4], true)
+	for _, s := range []*State{New().State(), base(f).f.State(), started(f, 1).f.State()} {
+		for _, id := range []ClusterID{{}, testClusterID} {
+			b := AppendSnapshot(nil, withClusterID(s, id))
+			f.Add(b, byte(0))
+			f.Add(bodyOf(b), b[len(snapshotMagic)])
+		}
 	}
-	f.Fuzz(func(t *testing.T, b []byte, seal bool) {
-		if seal {
-			// b is a body: frame it, so that the fuzzer reaches the
-			// decoding of the catalog past the checksum.
-			framed := append([]byte(snapshotMagic), SnapshotVersion, 0, 0, 0, 0)
-			b = reseal(append(append(framed, b...), 0, 0, 0, 0))
+	f.Fuzz(func(t *testing.T, b []byte, frame byte) {
+		if frame != 0 {
+			// b is a body: frame it as a snapshot of version frame, so
+			// that the fuzzer reaches the decoding of the catalog past
+			// the checksum.
+			b = sealed(frame, b)
 		}
 		s, err := decodeSnapshot(b)
 		if err != nil {

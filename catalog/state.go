@@ -295,6 +295,8 @@ type State struct {
 	index uint64
 	// started is set by the Start command.
 	started bool
+	// clusterID is the cluster's id, zero until the catalog is given one.
+	clusterID ClusterID
 	// nextID is the id the next created log gets.
 	nextID uint64
 	// nodes maps a node id to its record. Never modified once the State
@@ -325,6 +327,10 @@ func (s *State) Index() uint64 { return s.index }
 
 // Started reports whether the catalog has applied its Start command.
 func (s *State) Started() bool { return s.started }
+
+// ClusterID returns the cluster's id, the zero id until the catalog has
+// been given one. Once set, it never changes.
+func (s *State) ClusterID() ClusterID { return s.clusterID }
 
 // NextID returns the id the next created log will get.
 func (s *State) NextID() uint64 { return s.nextID }
