@@ -19,8 +19,8 @@ type Result struct {
 	// Kind is the command's kind (0 for bytes that did not decode).
 	Kind Kind
 	// Log is the log's record after a log command (for a log that is gone,
-	// its last record); nil for node commands and refusals. The caller
-	// may modify it.
+	// its last record); nil for node commands, SetClusterID and refusals.
+	// The caller may modify it.
 	Log *Log
 	// Node is the node's record after a node command (for a forgotten
 	// node, its last record); nil otherwise.
@@ -128,6 +128,8 @@ func (t *tx) apply(c Command) Result {
 		return t.replicaDropped(c)
 	case *LogDeleted:
 		return t.logDeleted(c)
+	case *SetClusterID:
+		return t.setClusterID(c)
 	}
 	return Result{Err: fmt.Errorf("%w: command %T", ErrUnsupported, c)}
 }
@@ -503,4 +505,18 @@ func (t *tx) logDeleted(c *LogDeleted) Result {
 	n.Version++
 	t.delLog(n)
 	return Result{Log: n, Gone: true}
+}
+
+func (t *tx) setClusterID(c *SetClusterID) Result {
+	have := t.s.clusterID
+	switch {
+	case c.ID.IsZero():
+		return refuse(fmt.Errorf("%w: set cluster id: the zero id, which is no cluster's", ErrInvalidClusterID))
+	case have == c.ID:
+		return Result{}
+	case !have.IsZero():
+		return refuse(fmt.Errorf("%w: set cluster id: the catalog has cluster id %v, the command gives %v", ErrExists, have, c.ID))
+	}
+	t.s.clusterID = c.ID
+	return Result{}
 }

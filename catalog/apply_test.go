@@ -58,7 +58,8 @@ func TestApply(t *testing.T) {
 		fresh bool // apply to a new catalog rather than the base one
 		pre   []Command
 		cmd   Command
-		err   error // nil: accepted
+		err   error  // nil: accepted
+		says  string // a refusal's message holds this
 		// check looks at the catalog before (s0) and after (s) an accepted
 		// command, and at its result.
 		check func(t *testing.T, s0, s *State, r Result)
@@ -396,6 +397,52 @@ func TestApply(t *testing.T) {
 			}},
 		{name: "log deleted active", cmd: &LogDeleted{ID: idA}, err: ErrConflict},
 		{name: "log deleted unknown", cmd: &LogDeleted{ID: 99}, err: ErrNotFound},
+
+		// SetClusterID.
+		{name: "set cluster id before start", fresh: true, cmd: &SetClusterID{ID: testClusterID},
+			check: func(t *testing.T, s0, s *State, r Result) {
+				if s.ClusterID() != testClusterID || s.Started() || r.Log != nil || r.Node != nil || r.Gone {
+					t.Fatalf("cluster id %v, started %v, result %+v", s.ClusterID(), s.Started(), r)
+				}
+				if withoutIndex(s0) != withoutIndex(withClusterID(s, ClusterID{})) {
+					t.Fatal("the catalog changed beyond its cluster id")
+				}
+			}},
+		{name: "set cluster id", cmd: &SetClusterID{ID: testClusterID},
+			check: func(t *testing.T, s0, s *State, _ Result) {
+				if s0.ClusterID() != (ClusterID{}) || s.ClusterID() != testClusterID {
+					t.Fatalf("cluster id %v, then %v", s0.ClusterID(), s.ClusterID())
+				}
+				if withoutIndex(s0) != withoutIndex(withClusterID(s, ClusterID{})) {
+					t.Fatal("the catalog changed beyond its cluster id (a log's version?)")
+				}
+			}},
+		{name: "set cluster id again", pre: []Command{&SetClusterID{ID: testClusterID}}, cmd: &SetClusterID{ID: testClusterID},
+			check: func(t *testing.T, s0, s *State, _ Result) {
+				if withoutIndex(s0) != withoutIndex(s) || s.ClusterID() != testClusterID {
+					t.Fatalf("catalog changed, cluster id %v", s.ClusterID())
+				}
+			}},
+		{name: "set another cluster id", pre: []Command{&SetClusterID{ID: testClusterID}}, cmd: &SetClusterID{ID: otherClusterID},
+			err: ErrExists, says: testClusterID.String() + ", the command gives " + otherClusterID.String()},
+		{name: "set another cluster id before start", fresh: true, pre: []Command{&SetClusterID{ID: otherClusterID}}, cmd: &SetClusterID{ID: testClusterID},
+			err: ErrExists},
+		{name: "set the zero cluster id", fresh: true, cmd: &SetClusterID{}, err: ErrInvalidClusterID, says: "zero id"},
+		{name: "set the zero cluster id over one", pre: []Command{&SetClusterID{ID: testClusterID}}, cmd: &SetClusterID{}, err: ErrInvalidClusterID},
+		{name: "start keeps the cluster id", fresh: true, pre: []Command{&SetClusterID{ID: testClusterID}},
+			cmd: &Start{Nodes: nodes(1), Members: []string{"n1"}, Settings: Settings{Replicas: 1}},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if s.ClusterID() != testClusterID || !s.Started() {
+					t.Fatalf("cluster id %v, started %v", s.ClusterID(), s.Started())
+				}
+			}},
+		{name: "create keeps the cluster id", pre: []Command{&SetClusterID{ID: testClusterID}},
+			cmd: &CreateLog{Name: "x", Settings: Settings{Replicas: 1}, Members: []string{"n1"}},
+			check: func(t *testing.T, _, s *State, _ Result) {
+				if s.ClusterID() != testClusterID {
+					t.Fatalf("cluster id %v", s.ClusterID())
+				}
+			}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -416,8 +463,8 @@ func TestApply(t *testing.T) {
 				t.Fatalf("result kind %v, want %v", r.Kind, tc.cmd.Kind())
 			}
 			if tc.err != nil {
-				if !errors.Is(r.Err, tc.err) {
-					t.Fatalf("error %v, want %v", r.Err, tc.err)
+				if !errors.Is(r.Err, tc.err) || !strings.Contains(r.Err.Error(), tc.says) {
+					t.Fatalf("error %v, want %v saying %q", r.Err, tc.err, tc.says)
 				}
 				if withoutIndex(s0) != withoutIndex(s) || r.Log != nil || r.Node != nil {
 					t.Fatalf("a refused command changed the catalog or returned a record: %+v", r)

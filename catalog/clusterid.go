@@ -7,7 +7,8 @@ import (
 )
 
 // ClusterID identifies a cluster: 16 random bytes, chosen once when the
-// cluster is created (NewClusterID) and held by its catalog. A node refuses raft traffic from a node of another
+// cluster is created (NewClusterID) and held by its catalog (SetClusterID,
+// State.ClusterID). A node refuses raft traffic from a node of another
 // cluster by comparing ids, so that a stale address in one cluster's
 // configuration that now reaches a node of another cannot make that node
 // step down and take the first cluster's log.

@@ -11,13 +11,13 @@ import (
 // snapshots, snapshot.go). Every value is written one way only, so equal
 // values encode to equal bytes:
 //
-//	uint     unsigned varint (encoding/binary's Uvarint)
-//	int      signed varint (encoding/binary's Varint, zigzag)
-//	string   uint length | bytes
-//	strings  uint count | string*
-//	settings uint replicas | int retention bytes | int retention age (ns)
-//	node     string id | string raft addr | string client addr | uint state
-//	cluster id  16 bytes, as they are (no length: the size is fixed)
+//	uint       unsigned varint (encoding/binary's Uvarint)
+//	int        signed varint (encoding/binary's Varint, zigzag)
+//	string     uint length | bytes
+//	strings    uint count | string*
+//	settings   uint replicas | int retention bytes | int retention age (ns)
+//	node       string id | string raft addr | string client addr | uint state
+//	cluster id 16 bytes, as they are (no length: the size is fixed)
 //
 // A reader checks every length against the bytes left before it
 // allocates, so a short input cannot make it allocate much.

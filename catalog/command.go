@@ -52,6 +52,7 @@ const (
 	KindDeleteLog          Kind = 13
 	KindReplicaDropped     Kind = 14
 	KindLogDeleted         Kind = 15
+	KindSetClusterID       Kind = 16
 )
 
 var kindNames = [...]string{
@@ -70,6 +71,7 @@ var kindNames = [...]string{
 	KindDeleteLog:          "delete log",
 	KindReplicaDropped:     "replica dropped",
 	KindLogDeleted:         "log deleted",
+	KindSetClusterID:       "set cluster id",
 }
 
 // String returns the kind's name, as errors show it.
@@ -192,6 +194,21 @@ type ReplicaDropped struct {
 // catalog leader's decision when a host will never report (it was lost).
 type LogDeleted struct{ ID, Version uint64 }
 
+// SetClusterID gives the catalog its cluster id (see ClusterID). A
+// catalog without an id takes ID; one that has ID already is left as it
+// is and the command succeeds, so that a catalog leader may propose its
+// cluster's id at every term it leads, for nodes that missed it; one with
+// another id refuses it (ErrExists, naming both ids) and keeps its own. The
+// zero id is refused (ErrInvalidClusterID). It applies whether or not the
+// catalog has started, and changes no log (no log's Version).
+//
+// Encoding: the 16 bytes of ID. A node of an earlier release does not
+// know the kind and refuses it while newer nodes apply it, so their
+// catalogs would differ, and it cannot read the snapshot of a catalog
+// with an id (version 2, see snapshot.go): propose it only once every
+// node of the cluster runs a release that knows it.
+type SetClusterID struct{ ID ClusterID }
+
 // Kind implements Command.
 func (*Start) Kind() Kind { return KindStart }
 
@@ -237,6 +254,9 @@ func (*ReplicaDropped) Kind() Kind { return KindReplicaDropped }
 // Kind implements Command.
 func (*LogDeleted) Kind() Kind { return KindLogDeleted }
 
+// Kind implements Command.
+func (*SetClusterID) Kind() Kind { return KindSetClusterID }
+
 // newCommand returns a zero command of kind k, nil for an unknown kind.
 func newCommand(k Kind) Command {
 	switch k {
@@ -270,6 +290,8 @@ func newCommand(k Kind) Command {
 		return new(ReplicaDropped)
 	case KindLogDeleted:
 		return new(LogDeleted)
+	case KindSetClusterID:
+		return new(SetClusterID)
 	}
 	return nil
 }
@@ -410,3 +432,6 @@ func (c *ReplicaDropped) decode(r *reader) {
 	c.ID, c.Version = decodeRef(r)
 	c.Node = r.string(maxField)
 }
+
+func (c *SetClusterID) encode(w *writer) { w.clusterID(c.ID) }
+func (c *SetClusterID) decode(r *reader) { c.ID = r.clusterID() }

@@ -27,6 +27,7 @@ func samples() []Command {
 		&DeleteLog{ID: idA, Version: 2},
 		&ReplicaDropped{ID: idGone, Version: 2, Node: "n2"},
 		&LogDeleted{ID: idGone, Version: 2},
+		&SetClusterID{ID: testClusterID},
 	}
 }
 
@@ -62,18 +63,27 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 }
 
-// TestCommandWireFormat pins the bytes of one command: they are in the
+// TestCommandWireFormat pins the bytes of commands: they are in the
 // catalog group's raft log forever.
 func TestCommandWireFormat(t *testing.T) {
-	c := &CreateLog{Name: "ab", Settings: Settings{Replicas: 3, RetentionBytes: 300, RetentionAge: -1}, Members: []string{"n1", "n2", "n3"}}
-	want := []byte{
-		1, 6, // version, kind
-		2, 'a', 'b', // name
-		3, 0xd8, 0x04, 1, // replicas, retention bytes 300 (zigzag 600), age -1 (zigzag 1)
-		3, 2, 'n', '1', 2, 'n', '2', 2, 'n', '3', // members
-	}
-	if got := Encode(c); !bytes.Equal(got, want) {
-		t.Fatalf("encoding % x, want % x", got, want)
+	for _, tc := range []struct {
+		c    Command
+		want []byte
+	}{
+		{&CreateLog{Name: "ab", Settings: Settings{Replicas: 3, RetentionBytes: 300, RetentionAge: -1}, Members: []string{"n1", "n2", "n3"}}, []byte{
+			1, 6, // version, kind
+			2, 'a', 'b', // name
+			3, 0xd8, 0x04, 1, // replicas, retention bytes 300 (zigzag 600), age -1 (zigzag 1)
+			3, 2, 'n', '1', 2, 'n', '2', 2, 'n', '3', // members
+		}},
+		{&SetClusterID{ID: testClusterID}, []byte{
+			1, 16, // version, kind
+			1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, // the id, as it is
+		}},
+	} {
+		if got := Encode(tc.c); !bytes.Equal(got, tc.want) {
+			t.Errorf("%v: encoding % x, want % x", tc.c.Kind(), got, tc.want)
+		}
 	}
 }
 
@@ -89,11 +99,12 @@ func TestDecodeRefuses(t *testing.T) {
 		{"version 0", append([]byte{0}, good[1:]...), ErrUnsupported},
 		{"version 2", append([]byte{2}, good[1:]...), ErrUnsupported},
 		{"kind 0", []byte{CommandVersion, 0, 0}, ErrUnsupported},
-		{"kind 16", []byte{CommandVersion, 16, 0}, ErrUnsupported},
+		{"kind 17", []byte{CommandVersion, 17, 0}, ErrUnsupported},
 		{"kind 255", []byte{CommandVersion, 255}, ErrUnsupported},
 		{"string past the end", []byte{CommandVersion, byte(KindMarkLeaving), 5, 'n'}, ErrMalformed},
 		{"string too long", append([]byte{CommandVersion, byte(KindMarkLeaving), 0x81, 0x80, 0x04}, make([]byte, maxField+1)...), ErrMalformed},
 		{"huge count", []byte{CommandVersion, byte(KindCreateLog), 1, 'a', 1, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}, ErrMalformed},
+		{"cluster id short", append([]byte{CommandVersion, byte(KindSetClusterID)}, testClusterID[:15]...), ErrMalformed},
 		{"bad varint", []byte{CommandVersion, byte(KindLogStarted), 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x01, 0}, ErrMalformed},
 	}
 	for _, tc := range tests {
@@ -130,6 +141,7 @@ func FuzzDecode(f *testing.F) {
 		f.Add(Encode(c))
 	}
 	f.Add([]byte{CommandVersion, byte(KindStart), 0xff, 0x01})
+	f.Add(Encode(&SetClusterID{}))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := Decode(b)
 		if err != nil {

@@ -11,9 +11,14 @@
 // the logs (name, id, replicas and retention, active or deleting, the
 // members, the initial members a new group is bootstrapped with, a replica
 // move under way, the hosts that have dropped a deleting log's data, and a
-// version raised by each change), the next log id, and the raft index of
-// the last command applied. The log named "default" has id 0 and exists
-// from the start; the Start command gives it its members.
+// version raised by each change), the next log id, the cluster id, and
+// the raft index of the last command applied. The log named "default" has
+// id 0 and exists from the start; the Start command gives it its members.
+//
+// The cluster id (ClusterID, given once by SetClusterID, never changed)
+// lets a node refuse raft traffic from a node of another cluster: a
+// stale address in one cluster's configuration that now reaches a node of
+// another must not make it step down and take the first cluster's log.
 //
 // # Commands
 //
@@ -60,6 +65,7 @@
 // It starts no raft group and touches no data: the node's reconciler
 // reads the catalog and runs, bootstraps, reconfigures and drops the
 // groups of its logs, and reports back with commands (LogStarted,
-// FinishMove, ReplicaDropped). It does not know which nodes are up, nor
-// how many bytes they hold: the caller passes that to the decisions.
+// FinishMove, ReplicaDropped). It holds the cluster id but checks no peer
+// against it: the node does. It does not know which nodes are up, nor how
+// many bytes they hold: the caller passes that to the decisions.
 package catalog

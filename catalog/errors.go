@@ -22,13 +22,15 @@ var (
 	// long. Client code: BadRequest.
 	ErrInvalidNode = errors.New("catalog: invalid node")
 	// ErrInvalidClusterID reports a cluster id that is not 32 hex digits
-	// (ParseClusterID), or the zero id, which is no cluster's. None of the other Invalid errors
-	// fits: a cluster id is neither a log's nor a node's. Client code:
-	// BadRequest.
+	// (ParseClusterID), or the zero id, which is no cluster's (given to
+	// ParseClusterID or SetClusterID). None of the other invalid-argument
+	// errors fits: a cluster id is neither a log's nor a node's. Client
+	// code: BadRequest.
 	ErrInvalidClusterID = errors.New("catalog: invalid cluster id")
 	// ErrExists reports a create of a log whose name is taken (by a live
-	// log or one still being deleted), or a second start of the catalog.
-	// Client code: FailedPrecondition.
+	// log or one still being deleted), a second start of the catalog, or a
+	// cluster id given to a catalog that has another. Client code:
+	// FailedPrecondition.
 	ErrExists = errors.New("catalog: already exists")
 	// ErrNotFound reports a log or node the catalog does not hold. Client
 	// code: NotFound.

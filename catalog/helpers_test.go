@@ -70,6 +70,13 @@ func withoutIndex(s *State) string {
 	return string(AppendSnapshot(nil, &c))
 }
 
+// withClusterID returns a copy of s with cluster id id.
+func withClusterID(s *State, id ClusterID) *State {
+	c := *s
+	c.clusterID = id
+	return &c
+}
+
 // checkInvariants fails the test if s breaks an invariant that a restore
 // checks, or a log has other than its replica count of members.
 func checkInvariants(t testing.TB, s *State) {

@@ -34,7 +34,9 @@ import (
 // bytes, never the zero id. ReadSnapshot reads both; a version-2 body
 // without its 16 id bytes, with bytes after them, or with the zero id is
 // refused (ErrMalformed). An earlier release refuses a version-2 snapshot
-// (ErrUnsupported).
+// (ErrUnsupported), as it refuses the SetClusterID command that gives a
+// catalog its id: that command is proposed only once every node runs a
+// release that knows it.
 const (
 	snapshotMagic = "RLCATSNP"
 	// SnapshotVersion is the newest snapshot format: version 2, which this

@@ -44,13 +44,6 @@ func restoreInto(f *FSM, b []byte) error {
 	return f.Restore(io.NopCloser(bytes.NewReader(b)))
 }
 
-// withClusterID returns a copy of s with cluster id id.
-func withClusterID(s *State, id ClusterID) *State {
-	c := *s
-	c.clusterID = id
-	return &c
-}
-
 // TestSnapshotRoundTrip: a catalog restored from its snapshot is the same
 // catalog and snapshots to the same bytes, of version 1 without a cluster
 // id (which earlier releases read) and 2 with one.
@@ -358,7 +351,7 @@ func randomCommands(rng *rand.Rand, n int) []Command {
 		l := logs[rng.IntN(len(logs))]
 		ns := s.Nodes()
 		nd := ns[rng.IntN(len(ns))].ID
-		switch rng.IntN(14) {
+		switch rng.IntN(15) {
 		case 0:
 			emit(&AddNode{ID: fmt.Sprintf("n%d", nextNode), RaftAddr: "r", ClientAddr: "c"})
 			nextNode++
@@ -410,6 +403,8 @@ func randomCommands(rng *rand.Rand, n int) []Command {
 			}
 		case 13:
 			emit(&LogDeleted{ID: l.ID, Version: l.Version - uint64(rng.IntN(2))})
+		case 14:
+			emit(&SetClusterID{ID: []ClusterID{testClusterID, otherClusterID, {}}[rng.IntN(3)]})
 		}
 	}
 	return out

@@ -295,7 +295,7 @@ type State struct {
 	index uint64
 	// started is set by the Start command.
 	started bool
-	// clusterID is the cluster's id, zero until the catalog is given one.
+	// clusterID is the cluster's id, zero until set by SetClusterID.
 	clusterID ClusterID
 	// nextID is the id the next created log gets.
 	nextID uint64
