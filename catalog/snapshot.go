@@ -179,6 +179,7 @@ func decodeState(b []byte, version byte) (*State, error) {
 		}
 		s.nodes[n.ID] = n
 	}
+	var prevLog uint64
 	nl := r.count(8)
 	for i := 0; i < nl && r.err == nil; i++ {
 		l := &Log{Name: r.string(MaxNameLen), ID: r.uint(), Settings: r.settings()}
@@ -196,6 +197,10 @@ func decodeState(b []byte, version byte) (*State, error) {
 		if r.err != nil {
 			break
 		}
+		if i > 0 && l.ID < prevLog {
+			return nil, fmt.Errorf("%w: log id %d out of order", ErrMalformed, l.ID)
+		}
+		prevLog = l.ID
 		if _, dup := s.logs[l.ID]; dup {
 			return nil, fmt.Errorf("%w: log id %d twice", ErrMalformed, l.ID)
 		}

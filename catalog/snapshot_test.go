@@ -285,6 +285,21 @@ func TestRestoreCorrupt(t *testing.T) {
 	} {
 		check(tc.name, bad(tc.change), ErrMalformed)
 	}
+	// Logs out of id order: the body of base with its last two logs
+	// swapped, spliced from the bodies of base without them.
+	drop := func(ids ...uint64) func(s *State) {
+		return func(s *State) {
+			for _, id := range ids {
+				delete(s.byName, s.logs[id].Name)
+				delete(s.logs, id)
+			}
+		}
+	}
+	all, upToGone, upToSolo := bodyOf(bad(func(*State) {})), bodyOf(bad(drop(idMv))), bodyOf(bad(drop(idGone, idMv)))
+	swapped := append(bytes.Clone(all[:len(upToSolo)]), all[len(upToGone):]...)
+	swapped = append(swapped, upToGone[len(upToSolo):]...)
+	check("logs out of order", sealed(snapshotV1, swapped), ErrMalformed)
+
 	dup := bad(func(s *State) {})
 	// Append a second copy of log "a" to the body and bump the count.
 	check("body re-sealed with a trailing byte", reseal(append(dup[:len(dup)-4:len(dup)-4], 0, 0, 0, 0, 0)), ErrMalformed)
