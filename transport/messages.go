@@ -349,6 +349,10 @@ type StatusResponse struct {
 	LeaderID string `msgpack:"leader_id,omitempty" json:"leader_id,omitempty"`
 	// LeaderAddr is the leader's client address, empty when unknown.
 	LeaderAddr string `msgpack:"leader_addr,omitempty" json:"leader_addr,omitempty"`
+	// ClusterID is the id of the node's cluster (32 hex digits), empty
+	// while the node does not know it and from nodes older than it. Two
+	// nodes of one cluster say the same.
+	ClusterID string `msgpack:"cluster_id,omitempty" json:"cluster_id,omitempty"`
 	// Term is the node's current raft term.
 	Term uint64 `msgpack:"term" json:"term"`
 	// FirstIndex is the first retained index, 0 when the log is empty.
