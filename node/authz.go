@@ -132,6 +132,9 @@ func (id identity) String() string {
 const (
 	refusedPermission = "permission"
 	refusedNotANode   = "not_a_node"
+	// refusedOtherCluster: a raft connection whose hello named another
+	// cluster (hello.go).
+	refusedOtherCluster = "other_cluster"
 )
 
 // authorize refuses a request its client may not make, with

@@ -11,8 +11,8 @@ package node
 // The default log's leader proposes catalog commands. The catalog starts
 // (catalog.Start: the nodes of the default log's configuration, the
 // default log's members) with the first operation that needs it, a
-// CreateLog, so that a cluster that never creates a log keeps the state
-// format that older nodes read.
+// CreateLog. Before that the default log's state holds the catalog only
+// once it has the cluster's id (clusterid.go).
 
 import (
 	"bytes"
@@ -39,10 +39,11 @@ func (c catalogControl) ApplyControl(index uint64, data []byte) any {
 	return c.fsm.ApplyCommand(index, cmd)
 }
 
-// ControlState encodes the catalog; nil before it started.
+// ControlState encodes the catalog; nil before it started or took the
+// cluster's id.
 func (c catalogControl) ControlState() []byte {
 	s := c.fsm.State()
-	if !s.Started() {
+	if !s.Started() && s.ClusterID().IsZero() {
 		return nil
 	}
 	return catalog.AppendSnapshot(nil, s)

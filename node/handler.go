@@ -307,6 +307,7 @@ func (n *Node) Status() transport.StatusResponse {
 		Role:         role,
 		Voting:       n.gate.allowed.Load() && !n.removed.Load(),
 		LeaderID:     string(leader),
+		ClusterID:    n.hello().Cluster,
 		Term:         n.raft.CurrentTerm(),
 		FirstIndex:   n.fsm.ReadView().Floor,
 		LastIndex:    n.raft.LastIndex(),

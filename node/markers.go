@@ -32,6 +32,8 @@ import (
 //	               from the catalog (recordLost, rejoin.go)
 //	restoring      a restore of a backup that has not finished; the node
 //	               refuses to start (restore.go)
+//	cluster-id     the id of the node's cluster, a copy of the catalog's,
+//	               read at start (clusterid.go)
 //
 // A marker is written to a temporary file, synced, renamed into place, and
 // the directory synced; removing one syncs the directory too.

@@ -45,7 +45,8 @@ import (
 //	raftlog_requests_refused_total{op,reason}  requests refused, by op ("none" when the frame names no known
 //	                                           op, or for a connection) and reason: malformed, too_large,
 //	                                           busy, unsupported (transport.RefusalObserver), permission (authz.go)
-//	raftlog_peer_connections_refused_total{reason}  raft connections refused in the TLS handshake: not_a_node
+//	raftlog_peer_connections_refused_total{reason}  raft connections refused: not_a_node (in the TLS handshake),
+//	                                           other_cluster (its hello named another cluster, hello.go)
 //	raftlog_leader_gone_elections_total{after} elections this node called because the leader's raft port refused
 //	                                           connections (leadergone.go), after lost_connection (a raft
 //	                                           connection with it ended) or missed_heartbeats
@@ -91,7 +92,7 @@ type nodeMetrics struct {
 	refusedAppends *prometheus.CounterVec // by reason: refusedSpace, refusedSession, refusedOrder
 
 	refusedRequests *prometheus.CounterVec // by op and reason: refusedMalformed, refusedTooLarge, refusedBusy, refusedUnsupported, refusedPermission
-	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode
+	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode, refusedOtherCluster
 
 	leaderGoneElections *prometheus.CounterVec // by what led to the dial: goneAfterLost, goneAfterSilence
 	leaderGoneEarly     prometheus.Counter     // of those, called before the node's turn (refusedvote.go)
@@ -206,7 +207,7 @@ func newNodeMetrics() *nodeMetrics {
 		Name: "raftlog_requests_refused_total", Help: "Client requests refused, by op (none: no known op, or a connection) and reason (malformed, too_large, busy, unsupported, permission).",
 	}, []string{"op", "reason"})
 	m.refusedPeers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "raftlog_peer_connections_refused_total", Help: "Raft connections refused in the TLS handshake, by reason (not_a_node).",
+		Name: "raftlog_peer_connections_refused_total", Help: "Raft connections refused, by reason: not_a_node (in the TLS handshake, a certificate not of a node), other_cluster (a node of another cluster).",
 	}, []string{"reason"})
 	m.leaderGoneElections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_leader_gone_elections_total", Help: "Elections called because the leader's raft port refused connections, by what led to the dial (lost_connection, missed_heartbeats).",
@@ -222,6 +223,7 @@ func newNodeMetrics() *nodeMetrics {
 		m.transfers.WithLabelValues(result)
 	}
 	m.refusedPeers.WithLabelValues(refusedNotANode)
+	m.refusedPeers.WithLabelValues(refusedOtherCluster)
 	for _, after := range []string{goneAfterLost, goneAfterSilence} {
 		m.leaderGoneElections.WithLabelValues(after)
 	}

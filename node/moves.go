@@ -80,23 +80,29 @@ import (
 	"github.com/hashicorp/raft"
 
 	"github.com/raftlog/raftlog/catalog"
+	"github.com/raftlog/raftlog/replica"
 	"github.com/raftlog/raftlog/transport"
 )
 
 // maxMoves bounds the moves under way at once in the cluster.
 const maxMoves = 4
 
-// planLoop plans on the default log's leader, every second.
+// planLoop plans on the default log's leader, every second; on every
+// node it keeps the cluster's id, and on the leader it sets it
+// (clusterid.go).
 func (n *Node) planLoop() {
 	defer n.wg.Done()
 	t := time.NewTicker(time.Second)
 	defer t.Stop()
+	var idStint *replica.Stint // the stint the cluster's id was last proposed in
 	for {
 		select {
 		case <-n.ctx.Done():
 			return
 		case <-t.C:
 		}
+		n.keepClusterID()
+		idStint = n.proposeClusterID(idStint)
 		if n.mux == nil || !n.log.IsLeader() || !n.catalog.State().Started() {
 			continue
 		}

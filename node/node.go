@@ -97,6 +97,11 @@ type Node struct {
 	probes  *probeLayer               // answers and sends probes (probe.go)
 	raftRef atomic.Pointer[raft.Raft] // raft, once started, for probe answers
 
+	// The cluster's id and the raft port's hellos (clusterid.go, hello.go).
+	clusterIDs     clusterIDs
+	foreignLogged  foreignLog
+	raftAdvertised string // the raft address the node advertises; set before raft starts
+
 	deciding   atomic.Bool   // no raft state yet: bootstrap or rejoin? (bootstrap.go)
 	joiningNow atomic.Bool   // a new member, not yet promoted (rejoin.go)
 	removed    atomic.Bool   // removed from the cluster (removed.go)
@@ -205,6 +210,11 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 		return nil, err
 	}
 	if err := n.checkRestoreDone(); err != nil {
+		bound.close()
+		lock.Close()
+		return nil, err
+	}
+	if err := n.loadClusterID(); err != nil {
 		bound.close()
 		lock.Close()
 		return nil, err
@@ -441,7 +451,8 @@ func (n *Node) raftTransport() (netTransport, error) {
 		n.faults.layer = newFaultLayer(layer, advertise)
 		stream = n.faults.layer
 	}
-	n.probes = newProbeLayer(stream, n.probeAnswer)
+	n.raftAdvertised = advertise
+	n.probes = newProbeLayer(stream, n.probeAnswer, &helloState{own: n.hello, admit: n.admitPeer, refused: n.refusedHello})
 	// The raft transports see the peers' connections through
 	// peerLossLayer, which tells the leader-gone watch of lost ones.
 	raftStream := &peerLossLayer{StreamLayer: n.probes, lost: n.peerLosses.report}

@@ -87,6 +87,7 @@ func (a probeAnswer) ranCluster() bool {
 type probeLayer struct {
 	raft.StreamLayer
 	answer func(probeRequest) probeAnswer
+	hellos helloState // hello.go
 
 	conns     chan net.Conn // raft's connections, sniffed
 	done      chan struct{} // closed by Close or when the listener fails
@@ -94,8 +95,11 @@ type probeLayer struct {
 	wg        sync.WaitGroup // the accept loop and connections being sniffed
 }
 
-func newProbeLayer(inner raft.StreamLayer, answer func(probeRequest) probeAnswer) *probeLayer {
+func newProbeLayer(inner raft.StreamLayer, answer func(probeRequest) probeAnswer, hellos *helloState) *probeLayer {
 	l := &probeLayer{StreamLayer: inner, answer: answer, conns: make(chan net.Conn), done: make(chan struct{})}
+	if hellos != nil {
+		l.hellos.own, l.hellos.admit, l.hellos.refused = hellos.own, hellos.admit, hellos.refused
+	}
 	l.wg.Add(1)
 	go l.acceptLoop()
 	return l
@@ -142,8 +146,19 @@ func (l *probeLayer) sniff(c net.Conn) {
 		return
 	}
 	if b[0] == probeMagic[0] {
-		l.serve(c, br)
-		return
+		// A probe or a hello: both magics are 8 bytes and open with 'R'.
+		c.SetReadDeadline(time.Now().Add(probeFirstByteTimeout))
+		m, err := br.Peek(len(probeMagic))
+		c.SetReadDeadline(time.Time{})
+		switch {
+		case err == nil && string(m) == helloMagic:
+			if !l.answerHello(c, br) {
+				return
+			}
+		default:
+			l.serve(c, br)
+			return
+		}
 	}
 	select {
 	case l.conns <- &peekedConn{Conn: c, r: br}:
