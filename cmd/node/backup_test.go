@@ -25,13 +25,26 @@ import (
 func startProcCluster(t *testing.T, h *serveHarness, n int, prefix, restoreFrom string) ([]*procNode, string) {
 	t.Helper()
 	var nodes []*procNode
-	var clients []string
 	addrs := freeAddrs(t, 2*n)
 	for i := 1; i <= n; i++ {
-		p := &procNode{id: fmt.Sprintf("n%d", i), raft: addrs[2*i-2], client: addrs[2*i-1]}
-		p.dir = filepath.Join(h.dir, fmt.Sprintf("%s%d", prefix, i))
-		p.log = filepath.Join(h.dir, fmt.Sprintf("%s%d.log", prefix, i))
-		nodes = append(nodes, p)
+		nodes = append(nodes, h.procNode(fmt.Sprintf("n%d", i), prefix+strconv.Itoa(i), addrs[2*i-2], addrs[2*i-1]))
+	}
+	return nodes, startProcNodes(t, h, nodes, restoreFrom)
+}
+
+// procNode describes a node id with raft and client addresses, whose
+// data dir and log are named name in the harness's directory.
+func (h *serveHarness) procNode(id, name, raft, client string) *procNode {
+	return &procNode{id: id, raft: raft, client: client, dir: filepath.Join(h.dir, name), log: filepath.Join(h.dir, name+".log")}
+}
+
+// startProcNodes starts nodes as a new cluster (restored from the backup
+// restoreFrom, unless empty), waits until each answers status, and returns
+// their client addresses for --addrs.
+func startProcNodes(t *testing.T, h *serveHarness, nodes []*procNode, restoreFrom string) string {
+	t.Helper()
+	var clients []string
+	for _, p := range nodes {
 		clients = append(clients, p.client)
 	}
 	bootstrap := bootstrapOf(nodes)
@@ -60,7 +73,7 @@ func startProcCluster(t *testing.T, h *serveHarness, n int, prefix, restoreFrom 
 			return code == 0 && strings.Contains(out, `"node_id": "`+p.id+`"`)
 		})
 	}
-	return nodes, strings.Join(clients, ",")
+	return strings.Join(clients, ",")
 }
 
 // bootstrapOf is the --bootstrap list of nodes: id=raft address, comma

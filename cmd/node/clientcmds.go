@@ -647,6 +647,7 @@ type statusJSON struct {
 	Role       string `json:"role,omitempty"`
 	LeaderID   string `json:"leader_id,omitempty"`
 	LeaderAddr string `json:"leader_addr,omitempty"`
+	ClusterID  string `json:"cluster_id,omitempty"`
 	Term       uint64 `json:"term,omitempty"`
 	First      uint64 `json:"first_index"`
 	Last       uint64 `json:"last_index"`
@@ -668,10 +669,34 @@ func (r statusRow) json() statusJSON {
 	}
 	s := r.st
 	j.NodeID, j.Role, j.LeaderID, j.LeaderAddr, j.Term = s.NodeID, s.Role, s.LeaderID, s.LeaderAddr, s.Term
+	j.ClusterID = s.ClusterID
 	j.First, j.Last, j.Commit, j.Applied = s.FirstIndex, s.LastIndex, s.CommitIndex, s.AppliedIndex
 	j.Segments, j.Bytes = s.Store.Segments, s.Store.Bytes
 	j.Details = s.Details
 	return j
+}
+
+// clustersOf lists the cluster ids the answering rows name, each with its
+// nodes ("<id>: n1, n2"), in the order first seen; nodes that do not know
+// theirs (or are older than cluster ids) are left out.
+func clustersOf(rows []statusRow) []string {
+	var ids []string
+	nodes := map[string][]string{}
+	for _, r := range rows {
+		if r.err != nil || r.st.ClusterID == "" {
+			continue
+		}
+		id := r.st.ClusterID
+		if _, ok := nodes[id]; !ok {
+			ids = append(ids, id)
+		}
+		nodes[id] = append(nodes[id], r.st.NodeID)
+	}
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = id + ": " + strings.Join(nodes[id], ", ")
+	}
+	return out
 }
 
 // writeStatusTable writes rows as an aligned table with a header. A row
@@ -896,6 +921,10 @@ as a JSON array, or with --log the log as 'node log info --json' does.`)
 	}
 	if n := logFailures(logs); n > 0 {
 		problems = append(problems, fmt.Sprintf("%d of %d logs had no leader that answered", n, len(logs)))
+	}
+	if c := clustersOf(rows); len(c) > 1 {
+		problems = append(problems, fmt.Sprintf("the addresses answer for %d clusters (%s): nodes of one cluster refuse the raft connections of another; check --addrs",
+			len(c), strings.Join(c, "; ")))
 	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
