@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"sync"
 	"syscall"
 	"time"
 
@@ -84,6 +85,45 @@ type helloState struct {
 	// refused is called when the layer refuses an accepted connection
 	// (admit said why). It must not block.
 	refused func(remote net.Addr, peer, own helloMsg, why string)
+
+	// The connections dialled whose hello is under way, which the layer's
+	// Close closes: a peer whose process is stopped (SIGSTOP) accepts the
+	// connection in its kernel and never answers, and the node's stop
+	// must not wait out the dial's timeout.
+	mu      sync.Mutex
+	closed  bool                  // guarded by mu
+	pending map[net.Conn]struct{} // guarded by mu
+}
+
+// track adds c to the pending hellos; false when the layer is closed.
+func (h *helloState) track(c net.Conn) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.closed {
+		return false
+	}
+	if h.pending == nil {
+		h.pending = map[net.Conn]struct{}{}
+	}
+	h.pending[c] = struct{}{}
+	return true
+}
+
+func (h *helloState) untrack(c net.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.pending, c)
+}
+
+// close closes the pending hellos' connections, and those to come.
+func (h *helloState) close() {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = true
+	for c := range h.pending {
+		c.Close()
+	}
+	h.pending = nil
 }
 
 // Dial implements raft.StreamLayer: it dials addr and says hello (see the
@@ -97,7 +137,12 @@ func (l *probeLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 	if err != nil {
 		return nil, err
 	}
+	if !h.track(c) {
+		c.Close()
+		return nil, net.ErrClosed
+	}
 	hc, err := sayHello(c, addr, h.own(), timeout)
+	h.untrack(c)
 	switch {
 	case err == nil:
 		return hc, nil

@@ -215,3 +215,41 @@ func TestAdmitPeer(t *testing.T) {
 		}
 	}
 }
+
+// A peer whose process is stopped (SIGSTOP) accepts a connection in its
+// kernel and never answers the hello: the layer's Close ends the dial at
+// once, so that a node's stop does not wait out the dial's timeout.
+func TestHelloDialEndsAtClose(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	arrived := make(chan net.Conn, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			arrived <- c // held open, never read: a stopped process
+		}
+	}()
+	a := helloLayer(t, "n1", "0123456789abcdef0123456789abcdef", nil)
+	done := make(chan error, 1)
+	go func() {
+		c, err := a.Dial(raft.ServerAddress(ln.Addr().String()), time.Hour)
+		if c != nil {
+			c.Close()
+		}
+		done <- err
+	}()
+	c := <-arrived
+	defer c.Close()
+	start := time.Now()
+	a.Close()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a dial whose hello went unanswered succeeded")
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("the dial still waits for the hello's answer %v after the layer closed", time.Since(start))
+	}
+}

@@ -202,6 +202,7 @@ func (l *probeLayer) Accept() (net.Conn, error) {
 
 // Close implements net.Listener.
 func (l *probeLayer) Close() error {
+	l.hellos.close()
 	err := l.StreamLayer.Close()
 	l.shut()
 	l.wg.Wait()
