@@ -93,7 +93,7 @@ func (n *Node) proposeClusterID(last *replica.Stint) *replica.Stint {
 	if st == nil || st == last || !n.log.IsLeader() {
 		return last
 	}
-	id := n.catalog.State().ClusterID()
+	id := n.clusterID() // the data dir's copy if the catalog has none
 	if id.IsZero() {
 		var err error
 		if id, err = catalog.NewClusterID(); err != nil {
