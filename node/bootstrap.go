@@ -80,7 +80,7 @@ func (n *Node) decideLoop() {
 		// Entries past the bootstrap configuration reached this node
 		// from a leader: a cluster runs.
 		replicated := n.raft.LastIndex() > 1
-		results := n.probes.probeAll(others, probeRequest{ID: c.ID}, probeTimeout)
+		results := n.probes.probeAll(others, probeRequest{ID: c.ID, Addr: n.raftAdvertised}, probeTimeout)
 		var heard, ran []string
 		inConfig := false
 		for _, r := range results {
@@ -97,7 +97,7 @@ func (n *Node) decideLoop() {
 		switch {
 		case (len(ran) > 0 || replicated) && len(joinVia) > 0:
 			if len(ran) > 0 && !inConfig && !replicated {
-				n.failStop(fmt.Errorf("node: %s is not in the configuration of the running cluster (%s answered): it was removed, or the bootstrap list is another cluster's; bootstrapping would start a second cluster, so the node stops. To add it as a new member, start it with --join", c.ID, strings.Join(ran, ", ")))
+				n.failStop(fmt.Errorf("node: %s at %s is not in the configuration of the running cluster (%s answered): it was removed, its address changed, or the bootstrap list is another cluster's; bootstrapping would start a second cluster, so the node stops. To add it as a new member, start it with --join", c.ID, n.raftAdvertised, strings.Join(ran, ", ")))
 				return
 			}
 			c.Logger.Warn("no raft state, but the cluster runs: rejoining as a new member that votes once caught up, not bootstrapping",

@@ -356,3 +356,52 @@ func TestMarkersConcurrentWrites(t *testing.T) {
 		t.Fatalf("joining state after the writes: %v %d %v", ok, idx, err)
 	}
 }
+
+// A new node whose bootstrap list names a running node of another cluster,
+// and which has the id of one of that cluster's members (clusters name
+// their nodes alike), stops naming the mistake: it neither joins that
+// cluster nor replaces its member of the same id, which is at another
+// address. (Before, the running node's probe answer said the id was in its
+// configuration, and the new node rejoined as that member.)
+func TestBootstrapListNamingAnotherCluster(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader()
+	// The new node has a follower's id (a leader's would be refused by
+	// the join anyway); its list names the leader, at its address, and the
+	// third id at an address where nothing runs.
+	same := c.follower().ID()
+	var third string
+	for id := range c.nodes {
+		if id != same && id != leader.ID() {
+			third = id
+		}
+	}
+	addrs := freeAddrs(t, 2)
+	cfg := testConfig(t, t.TempDir(), same)
+	cfg.RaftAddr = addrs[0]
+	cfg.Bootstrap = []Peer{{ID: same, RaftAddr: addrs[0]}, {ID: leader.ID(), RaftAddr: leader.RaftAddr()}, {ID: third, RaftAddr: addrs[1]}}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	n, err := Start(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Close()
+	select {
+	case <-n.Done():
+	case <-ctx.Done():
+		t.Fatalf("a node whose bootstrap list names another cluster's node did not stop: it is a %s there, in place of that cluster's %s", n.Status().Role, same)
+	}
+	if err := n.Err(); !strings.Contains(err.Error(), "not in the configuration of the running cluster") || !strings.Contains(err.Error(), addrs[0]) {
+		t.Errorf("the node stopped with %v; want it to say it is not in the running cluster's configuration at %s", err, addrs[0])
+	}
+	f := leader.raft.GetConfiguration()
+	if err := f.Error(); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range f.Configuration().Servers {
+		if id := string(s.ID); string(s.Address) != c.nodes[id].RaftAddr() {
+			t.Errorf("the cluster's configuration has %s at %s, its node runs at %s", id, s.Address, c.nodes[id].RaftAddr())
+		}
+	}
+}

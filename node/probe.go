@@ -47,6 +47,12 @@ const (
 type probeRequest struct {
 	// ID is the asking node's id.
 	ID string `json:"id"`
+	// Addr is the asking node's raft address, set by a node deciding
+	// whether to bootstrap: the answer's InConfig then requires the
+	// configuration to name the node at that address, not only by its id
+	// (another cluster's node may have the same id). Older nodes ignore
+	// it.
+	Addr string `json:"addr,omitempty"`
 }
 
 // probeAnswer is what a node tells a prober.
@@ -71,7 +77,8 @@ type probeAnswer struct {
 	LeaderClientAddr string `json:"leader_client_addr,omitempty"`
 	// ClientAddr is the node's own client address.
 	ClientAddr string `json:"client_addr,omitempty"`
-	// InConfig: the asking node is in this node's latest configuration.
+	// InConfig: the asking node is in this node's latest configuration
+	// (at its address, when the request gave one).
 	InConfig bool `json:"in_config,omitempty"`
 }
 
@@ -302,7 +309,9 @@ func (n *Node) probeAnswer(req probeRequest) probeAnswer {
 	}
 	if f := r.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
-			a.InConfig = a.InConfig || string(s.ID) == req.ID
+			if string(s.ID) == req.ID && (req.Addr == "" || string(s.Address) == req.Addr || sameTCPAddr(string(s.Address), req.Addr)) {
+				a.InConfig = true
+			}
 		}
 	}
 	return a
