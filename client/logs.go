@@ -326,9 +326,10 @@ func (c *Client) CreateLog(ctx context.Context, name string, opts CreateLogOptio
 }
 
 // ListLogs returns every log of the cluster, the default log and those
-// being deleted included, sorted by name. Any member answers, from its
-// copy of the catalog, which may be a moment behind; it is retried like a
-// read.
+// being deleted included, sorted by name. It follows NotLeader to the
+// default log's leader, whose catalog holds every create and delete it
+// acknowledged; a member that knows no live leader answers from its own
+// copy, which may be behind. It is retried like a read.
 func (c *Client) ListLogs(ctx context.Context) ([]transport.LogInfo, error) {
 	r := c.newRetrier("list logs", "", &c.catalog, true, toAny, "", true)
 	resp, err := call[transport.ListLogsResponse](ctx, c, r, transport.OpListLogs, &transport.ListLogsRequest{})

@@ -59,6 +59,13 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 	case *transport.DeleteLogRequest:
 		return n.deleteLog(ctx, r)
 	case *transport.ListLogsRequest:
+		// The default log's leader answers: it applied every create and
+		// delete it acknowledged, where a follower may not have yet (a
+		// list right after a create missed the log). A follower that
+		// knows no live leader answers from its own catalog.
+		if !n.log.IsLeader() && n.log.FollowsLiveLeader() {
+			return nil, n.log.NotLeader()
+		}
 		return n.listLogs(), nil
 	case *transport.DescribeLogRequest:
 		return n.describeLog(ctx, r)

@@ -475,3 +475,34 @@ func TestWipedNodeKeepsOutOfItsOldLogs(t *testing.T) {
 		waitApplied(t, c.nodes, 100*time.Millisecond)
 	}
 }
+
+// A list of the logs is answered by the default log's leader: a follower
+// that hears from it answers NotLeader naming it, since the follower may
+// not yet have applied a create the leader acknowledged (CI: "node log
+// list" right after "node log create" missed the new log). A client given
+// only the follower's address follows, and lists the new log.
+func TestListLogsAnsweredByTheLeader(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	leader := c.waitLeader()
+	f := c.follower()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := clusterClient(t, c, nil).CreateLog(ctx, "fresh", client.CreateLogOptions{Replicas: 3}); err != nil {
+		t.Fatal(err)
+	}
+	waitForIn(t, 10*time.Second, f.ID()+" hearing from the leader", f.log.FollowsLiveLeader)
+	_, err := call[transport.ListLogsResponse](t, dial(t, f), transport.OpListLogs, &transport.ListLogsRequest{})
+	var te *transport.Error
+	if !errors.As(err, &te) || te.Code != transport.CodeNotLeader || te.LeaderAddr != leader.ClientAddr() {
+		t.Fatalf("ListLogs on follower %s: %v; want NotLeader naming the leader at %s", f.ID(), err, leader.ClientAddr())
+	}
+	cl, err := client.Dial(ctx, []string{f.ClientAddr()}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cl.Close()
+	logs, err := cl.ListLogs(ctx)
+	if err != nil || !slices.ContainsFunc(logs, func(l transport.LogInfo) bool { return l.Name == "fresh" }) {
+		t.Fatalf("ListLogs through %s: %+v, %v; want log fresh listed", f.ID(), logs, err)
+	}
+}

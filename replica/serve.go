@@ -153,6 +153,12 @@ func (r *Replica) awaitLeader(ctx context.Context) *Stint {
 // itself that it heard from within one and a half heartbeat intervals (a
 // tenth of the heartbeat timeout each, as raft sends them). A leader that
 // is only late costs a request the wait for its next heartbeat.
+// FollowsLiveLeader reports whether the replica follows a leader it has
+// heard from within one and a half heartbeat intervals: a request it
+// should not answer itself may be sent on to that leader (NotLeader names
+// it).
+func (r *Replica) FollowsLiveLeader() bool { return r.liveLeader() }
+
 func (r *Replica) liveLeader() bool {
 	_, id := r.raft.LeaderWithID()
 	if id == "" || string(id) == r.cfg.NodeID {

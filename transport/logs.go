@@ -175,8 +175,12 @@ type CreateLogResponse struct {
 	Log LogInfo `msgpack:"log"`
 }
 
-// ListLogsRequest lists the cluster's logs. Any node answers from its
-// copy of the catalog, which may be a moment behind its leader's.
+// ListLogsRequest lists the cluster's logs. The default log's leader
+// answers from its catalog, which holds every create and delete it
+// acknowledged; a node that follows a live leader answers NotLeader naming
+// it, and one that knows no live leader (an election, a partition)
+// answers from its own copy, which may be behind. (Nodes before
+// 2026-12-04 answer from their own copy always.)
 type ListLogsRequest struct{}
 
 // Validate accepts every ListLogsRequest.
