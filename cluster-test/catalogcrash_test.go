@@ -251,7 +251,7 @@ func (m *member) listLogs(ctx context.Context) ([]transport.LogInfo, error) {
 	}
 	defer conn.Close()
 	var resp transport.ListLogsResponse
-	if err := conn.Call(ctx, transport.OpListLogs, &transport.ListLogsRequest{}, &resp); err != nil {
+	if err := conn.Call(ctx, transport.OpListLogs, &transport.ListLogsRequest{Local: true}, &resp); err != nil {
 		return nil, fmt.Errorf("%s: list logs: %w", m.id, err)
 	}
 	return resp.Logs, nil
@@ -275,7 +275,7 @@ func (m *member) awaitLogState(ctx context.Context, name string, timeout time.Du
 	defer conn.Close()
 	for {
 		var resp transport.ListLogsResponse
-		if err := conn.Call(ctx, transport.OpListLogs, &transport.ListLogsRequest{}, &resp); err != nil {
+		if err := conn.Call(ctx, transport.OpListLogs, &transport.ListLogsRequest{Local: true}, &resp); err != nil {
 			return "", fmt.Errorf("%s: list logs: %w", m.id, err)
 		}
 		i := slices.IndexFunc(resp.Logs, func(l transport.LogInfo) bool { return l.Name == name })

@@ -62,8 +62,9 @@ func (h *handler) Handle(ctx context.Context, op transport.Op, req any) (any, er
 		// The default log's leader answers: it applied every create and
 		// delete it acknowledged, where a follower may not have yet (a
 		// list right after a create missed the log). A follower that
-		// knows no live leader answers from its own catalog.
-		if !n.log.IsLeader() && n.log.FollowsLiveLeader() {
+		// knows no live leader, or asked for its own copy, answers from
+		// its own catalog.
+		if !r.Local && !n.log.IsLeader() && n.log.FollowsLiveLeader() {
 			return nil, n.log.NotLeader()
 		}
 		return n.listLogs(), nil

@@ -496,6 +496,10 @@ func TestListLogsAnsweredByTheLeader(t *testing.T) {
 	if !errors.As(err, &te) || te.Code != transport.CodeNotLeader || te.LeaderAddr != leader.ClientAddr() {
 		t.Fatalf("ListLogs on follower %s: %v; want NotLeader naming the leader at %s", f.ID(), err, leader.ClientAddr())
 	}
+	// Asked for its own copy, the follower answers.
+	if local, err := call[transport.ListLogsResponse](t, dial(t, f), transport.OpListLogs, &transport.ListLogsRequest{Local: true}); err != nil || len(local.Logs) == 0 {
+		t.Errorf("ListLogs of %s's own copy: %+v, %v", f.ID(), local, err)
+	}
 	cl, err := client.Dial(ctx, []string{f.ClientAddr()}, nil)
 	if err != nil {
 		t.Fatal(err)

@@ -181,7 +181,13 @@ type CreateLogResponse struct {
 // it, and one that knows no live leader (an election, a partition)
 // answers from its own copy, which may be behind. (Nodes before
 // 2026-12-04 answer from their own copy always.)
-type ListLogsRequest struct{}
+type ListLogsRequest struct {
+	// Local asks the node to answer from its own copy of the catalog,
+	// leader or not (as a stale read does): what that node holds. Nodes
+	// before 2026-12-04 refuse a request that sets it, as one with an
+	// unknown field.
+	Local bool `msgpack:"local,omitempty"`
+}
 
 // Validate accepts every ListLogsRequest.
 func (*ListLogsRequest) Validate(Limits) error { return nil }
