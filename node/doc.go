@@ -74,6 +74,12 @@
 // certificate's common name is in TLSConfig.Admins; other clients and the
 // nodes themselves (which may join themselves) get PermissionDenied.
 //
+// Cluster identity (hello.go, clusterid.go): every raft connection opens
+// with a hello naming both ends' node, address and cluster id; a node
+// refuses the connection of a node of another cluster, which raft alone
+// would follow, cutting its log to that cluster's. The id is set by the
+// default log's leader in the catalog and kept in the data dir.
+//
 // Data dir: a node holds an exclusive lock on its data dir while it runs
 // (datadir.go). A damaged durable record where it reads at start (raft's
 // log since the newest snapshot, the store's recovery) stops Start with
