@@ -346,11 +346,19 @@ func Verify(r io.Reader) (Header, Summary, error) {
 	if err != nil {
 		return Header{}, Summary{}, err
 	}
+	err = br.Verify()
+	return br.Header(), br.Summary(), err
+}
+
+// Verify reads the rest of the backup, checking every entry and the
+// trailer, and discards the entries: Summary and State then describe the
+// whole file.
+func (r *Reader) Verify() error {
 	for {
-		if _, err := br.Next(); err == io.EOF {
-			return br.Header(), br.Summary(), nil
+		if _, err := r.Next(); err == io.EOF {
+			return nil
 		} else if err != nil {
-			return br.Header(), br.Summary(), err
+			return err
 		}
 	}
 }

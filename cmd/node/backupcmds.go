@@ -263,13 +263,10 @@ address where a member of the old cluster still runs.
 	br := bufio.NewReaderSize(src, 1<<20)
 	if check {
 		bk, err := backup.NewReader(br)
+		if err == nil {
+			err = bk.Verify()
+		}
 		if err != nil {
-			return fmt.Errorf("%s: %w", in, err)
-		}
-		for err == nil {
-			_, err = bk.Next()
-		}
-		if err != io.EOF {
 			return fmt.Errorf("%s: %w", in, err)
 		}
 		h, s := bk.Header(), bk.Summary()
