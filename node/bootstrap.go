@@ -203,8 +203,12 @@ func checkBootstrapEntry(peers []Peer, id, listen, advertised string) ([]Peer, e
 	return out, nil
 }
 
-// sameTCPAddr reports whether a and b resolve to the same IP and port.
+// sameTCPAddr reports whether a and b are the same address, or resolve to
+// the same IP and port.
 func sameTCPAddr(a, b string) bool {
+	if a == b {
+		return true
+	}
 	ta, err := net.ResolveTCPAddr("tcp", a)
 	if err != nil {
 		return false

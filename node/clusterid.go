@@ -142,7 +142,7 @@ func (n *Node) admitPeer(peer, own helloMsg) string {
 		if m.ID != peer.ID {
 			continue
 		}
-		if m.RaftAddr == peer.Addr || sameTCPAddr(m.RaftAddr, peer.Addr) {
+		if sameTCPAddr(m.RaftAddr, peer.Addr) {
 			return ""
 		}
 		return fmt.Sprintf("this node's %s has %s at %s, not at %s", what, peer.ID, m.RaftAddr, orUnknown(peer.Addr))
@@ -157,14 +157,12 @@ func (n *Node) admitPeer(peer, own helloMsg) string {
 // bootstrap list does not name).
 func (n *Node) knownMembers() ([]Peer, string) {
 	if r := n.raftRef.Load(); r != nil {
-		if f := r.GetConfiguration(); f.Error() == nil {
-			var ps []Peer
-			for _, s := range f.Configuration().Servers {
-				ps = append(ps, Peer{ID: string(s.ID), RaftAddr: string(s.Address)})
+		if c, ok := readConfig(r); ok && len(c.servers) > 0 {
+			ps := make([]Peer, len(c.servers))
+			for i, s := range c.servers {
+				ps[i] = Peer{ID: string(s.ID), RaftAddr: string(s.Address)}
 			}
-			if len(ps) > 0 {
-				return ps, "raft configuration"
-			}
+			return ps, "raft configuration"
 		}
 	}
 	if n.deciding.Load() || n.raftRef.Load() == nil {

@@ -309,7 +309,7 @@ func (n *Node) probeAnswer(req probeRequest) probeAnswer {
 	}
 	if f := r.GetConfiguration(); f.Error() == nil {
 		for _, s := range f.Configuration().Servers {
-			if string(s.ID) == req.ID && (req.Addr == "" || string(s.Address) == req.Addr || sameTCPAddr(string(s.Address), req.Addr)) {
+			if string(s.ID) == req.ID && (req.Addr == "" || sameTCPAddr(string(s.Address), req.Addr)) {
 				a.InConfig = true
 			}
 		}
