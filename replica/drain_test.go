@@ -12,9 +12,9 @@ import (
 	"github.com/raftlog/raftlog/raftstore"
 )
 
-// startSingle starts a replica of one voter over an in-memory transport
-// and waits until it leads.
-func startSingle(t *testing.T) *Replica {
+// startSingle starts a replica of one voter over an in-memory transport,
+// its Config changed by each of opts, and waits until it leads.
+func startSingle(t *testing.T, opts ...func(*Config)) *Replica {
 	t.Helper()
 	dir := t.TempDir()
 	db, err := raftstore.OpenDB(filepath.Join(dir, "store"), &raftstore.Options{Monotonic: true})
@@ -22,11 +22,15 @@ func startSingle(t *testing.T) *Replica {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	r, err := Open(Config{
+	cfg := Config{
 		NodeID: "n1", ClientAddr: "127.0.0.1:1", DB: db, SnapshotDir: filepath.Join(dir, "snapshots"),
 		HeartbeatTimeout: 200 * time.Millisecond, ElectionTimeout: 200 * time.Millisecond, LeaderLeaseTimeout: 100 * time.Millisecond,
 		RetentionCheck: time.Second, Logger: discardLogger(),
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	r, err := Open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

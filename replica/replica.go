@@ -104,6 +104,11 @@ type Replica struct {
 	// into it is under way (restore.go); nil for the default log. Set by
 	// Open, never changed.
 	mark *restoreMark
+	// restoreGate keeps records out of a log while a restore into it
+	// begins: Append holds it for reading from its check of the mark until
+	// its records are in raft's queue, BeginRestore for writing from its
+	// check that the log is empty until the mark is applied (restore.go).
+	restoreGate sync.RWMutex
 
 	ctx     context.Context // cancelled by Shutdown
 	cancel  context.CancelFunc

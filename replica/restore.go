@@ -85,15 +85,28 @@ var ErrNotEmpty = errors.New("replica: the log holds records")
 // BeginRestore, on the leader of a named log that holds no record (none
 // was ever appended: its floor is 1 and it reads empty), commits the mark
 // of a restore into it. A log marked already is left so.
+//
+// An append may be on its way meanwhile: it checked the mark before the
+// restore began, and its records are in raft's queue, not yet applied.
+// Stored after the check of emptiness, they would be acknowledged, and
+// then dropped by the restore, which replaces everything below it. So
+// BeginRestore holds the appends back (restoreGate) from before its check
+// until the mark is applied, and commits a barrier first, after which
+// every append that got past the gate has been applied and is seen.
 func (r *Replica) BeginRestore(ctx context.Context, timeout time.Duration) error {
 	if r.mark == nil {
 		return errors.New("replica: only a named log can be restored into")
 	}
+	r.restoreGate.Lock()
+	defer r.restoreGate.Unlock()
 	if _, err := r.Linearize(ctx); err != nil {
 		return err
 	}
 	if r.Restoring() {
 		return nil
+	}
+	if err := r.barrier(timeout); err != nil {
+		return r.RaftError(err)
 	}
 	if floor := r.fsm.ReadView().Floor; floor > 1 {
 		return fmt.Errorf("%w: its first retained index is %d", ErrNotEmpty, floor)
@@ -105,7 +118,10 @@ func (r *Replica) BeginRestore(ctx context.Context, timeout time.Duration) error
 	if len(recs) > 0 {
 		return fmt.Errorf("%w: one at index %d", ErrNotEmpty, recs[0].Index)
 	}
-	f := r.raft.Apply(EncodeControlCmd([]byte(restoringState)), timeout)
+	if beginRestoreChecked != nil {
+		beginRestoreChecked()
+	}
+	f := r.Apply(EncodeControlCmd([]byte(restoringState)), timeout)
 	if err := f.Error(); err != nil {
 		return r.RaftError(err)
 	}
@@ -114,6 +130,28 @@ func (r *Replica) BeginRestore(ctx context.Context, timeout time.Duration) error
 	}
 	return nil
 }
+
+// barrier commits a barrier and returns once the state machine has
+// applied every entry before it; guarded as Apply is against a raft that
+// shuts down with it in its queue.
+func (r *Replica) barrier(timeout time.Duration) error {
+	r.applyMu.RLock()
+	if r.draining {
+		r.applyMu.RUnlock()
+		return raft.ErrRaftShutdown
+	}
+	f := r.raft.Barrier(timeout)
+	r.applyMu.RUnlock()
+	if !await(r, []raft.Future{f}) {
+		return raft.ErrRaftShutdown
+	}
+	return f.Error()
+}
+
+// Test hooks: beginRestoreChecked runs in BeginRestore once it found the
+// log empty, before it proposes the mark; appendHeldForRestore when an
+// append waits for a restore to begin.
+var beginRestoreChecked, appendHeldForRestore func()
 
 // RestoreBackup, on the leader of a log marked by BeginRestore, restores
 // a backup into it (see the top of this file): state is the state machine

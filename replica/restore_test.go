@@ -1,9 +1,11 @@
 package replica
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/hashicorp/go-hclog"
 	"github.com/hashicorp/raft"
@@ -78,5 +80,50 @@ func TestRestoreMark(t *testing.T) {
 	}
 	if err := m2.RestoreControl([]byte("catalog bytes")); err == nil {
 		t.Fatal("a control state that is no mark restored into a named log")
+	}
+}
+
+// An append that checked the mark before a restore began, and whose
+// records were not yet applied when BeginRestore found the log empty, was
+// stored before the mark and acknowledged, and the restore then dropped
+// it with everything below its snapshot. The hook appends right after
+// BeginRestore's check: either the append is held back and then refused
+// as the log is being restored, or (without the gate) it is acknowledged
+// and BeginRestore marks a log that holds it.
+func TestBeginRestoreWhileAppending(t *testing.T) {
+	r := startSingle(t, func(c *Config) { c.Log, c.Name = 1, "orders" })
+	t.Cleanup(func() { r.Shutdown() })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+
+	type result struct {
+		resp *transport.AppendResponse
+		err  error
+	}
+	appended := make(chan result, 1)
+	held := make(chan struct{}, 1)
+	appendHeldForRestore = func() { held <- struct{}{} }
+	beginRestoreChecked = func() {
+		go func() {
+			resp, err := r.Append(ctx, &transport.AppendRequest{Records: [][]byte{[]byte("late")}})
+			appended <- result{resp, err}
+		}()
+		select {
+		case <-held:
+		case res := <-appended:
+			appended <- res
+		}
+	}
+	t.Cleanup(func() { beginRestoreChecked, appendHeldForRestore = nil, nil })
+
+	if err := r.BeginRestore(ctx, 10*time.Second); err != nil {
+		t.Fatalf("BeginRestore: %v", err)
+	}
+	res := <-appended
+	if res.err == nil {
+		t.Fatalf("an append during the start of a restore was acknowledged at %v, and the log is marked for the restore, which drops it", res.resp.Indexes)
+	}
+	if transport.ErrorCode(res.err) != transport.CodeFailedPrecondition || !r.Restoring() {
+		t.Fatalf("an append during the start of a restore: %v (restoring: %v), want FailedPrecondition as the log is being restored", res.err, r.Restoring())
 	}
 }

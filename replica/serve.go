@@ -173,9 +173,6 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 	if _, err := r.Leading(ctx); err != nil {
 		return nil, err
 	}
-	if err := r.CheckRestored(); err != nil {
-		return nil, err
-	}
 	if r.cfg.CheckAppend != nil {
 		if err := r.cfg.CheckAppend(); err != nil {
 			return nil, err
@@ -219,7 +216,23 @@ func (r *Replica) Append(ctx context.Context, req *transport.AppendRequest) (*tr
 	if err := turn.Wait(ctx); err != nil {
 		return nil, err
 	}
+	// The mark of a restore is checked with the gate held until the
+	// records are in raft's queue: a restore that begins meanwhile finds
+	// them (BeginRestore), or they find its mark. The turn is taken first:
+	// an append holding the gate never waits for one that does not.
+	if !r.restoreGate.TryRLock() {
+		if appendHeldForRestore != nil {
+			appendHeldForRestore()
+		}
+		r.restoreGate.RLock()
+	}
+	if err := r.CheckRestored(); err != nil {
+		r.restoreGate.RUnlock()
+		turn.Pass()
+		return nil, err
+	}
 	pr := r.prop.Propose(cmds)
+	r.restoreGate.RUnlock()
 	turn.Pass()
 	futures := pr.Futures
 	answered := await(r, futures)
