@@ -67,6 +67,9 @@ type systemKind struct {
 	flush string // raftlog's --flush; "" for NATS
 	// start starts a cluster under dir; pprof turns on raftlog's --pprof.
 	start func(ctx context.Context, e *clusterEnv, dir string, pprof bool) (cluster, error)
+	// extra keeps the system out of -systems all; oneClient runs it only
+	// in the workloads of one client.
+	extra, oneClient bool
 }
 
 // Keys of the systems.
@@ -75,6 +78,7 @@ const (
 	sysRaftlogAsync = "raftlog-async"
 	sysNATSAlways   = "nats-always"
 	sysNATSDefault  = "nats-default"
+	sysFloor        = "floor"
 )
 
 // systemKinds lists the systems in report order.
@@ -90,10 +94,13 @@ func systemKinds() []systemKind {
 		}
 	}
 	return []systemKind{
-		{sysRaftlogSync, "raftlog sync", sysNATSAlways, "sync", raftlog("sync")},
-		{sysRaftlogAsync, "raftlog async", sysNATSDefault, "async", raftlog("async")},
-		{sysNATSAlways, "NATS JS, fsync always", "", "", natsJS(true)},
-		{sysNATSDefault, "NATS JS, default", "", "", natsJS(false)},
+		{sysRaftlogSync, "raftlog sync", sysNATSAlways, "sync", raftlog("sync"), false, false},
+		{sysRaftlogAsync, "raftlog async", sysNATSDefault, "async", raftlog("async"), false, false},
+		{sysNATSAlways, "NATS JS, fsync always", "", "", natsJS(true), false, false},
+		{sysNATSDefault, "NATS JS, default", "", "", natsJS(false), false, false},
+		{sysFloor, "replication floor, sync", "", "", func(ctx context.Context, e *clusterEnv, dir string, _ bool) (cluster, error) {
+			return startPipeline(ctx, e, dir)
+		}, true, true},
 	}
 }
 
@@ -138,7 +145,7 @@ func parseClusterFlags(args []string) (*clusterConfig, error) {
 	fs.DurationVar(&cfg.warmup, "warmup", 2*time.Second, "appending before each measured window, not counted")
 	fs.IntVar(&cfg.rounds, "rounds", 1, "repeat every cell this many times and report the median")
 	fs.StringVar(&only, "only", "all", "comma-separated `workloads` to run: "+strings.Join(clusterWorkloadKeys(), ", ")+" (or 1-5)")
-	fs.StringVar(&systems, "systems", "all", "comma-separated `systems` to run: "+strings.Join(systemKeys(), ", "))
+	fs.StringVar(&systems, "systems", "all", "comma-separated `systems` to run: "+strings.Join(systemKeys(), ", ")+"; all is every one but floor (pipeline.go)")
 	fs.StringVar(&cfg.nodeBin, "node-bin", "", "the raftlog node `binary` to run; default: go build ../cmd/node into the run's directory")
 	fs.IntVar(&cfg.maxprocs, "server-gomaxprocs", 0, "run every server process, raftlog's and NATS', with GOMAXPROCS=`n` (0: Go's default, the cores)")
 	fs.StringVar(&cfg.pprof, "pprof", "", "take a CPU profile of the raftlog leader over the measured window of this `workload` (each raftlog system, each round)")
@@ -237,7 +244,7 @@ func selectClusterWorkloads(list string) ([]clusterWorkload, error) {
 func selectSystems(list string) ([]systemKind, error) {
 	all := systemKinds()
 	if list == "" || list == "all" {
-		return all, nil
+		return slices.DeleteFunc(all, func(s systemKind) bool { return s.extra }), nil
 	}
 	want := map[string]bool{}
 	for _, f := range strings.Split(list, ",") {
@@ -318,6 +325,9 @@ func runCluster(ctx context.Context, cfg *clusterConfig, out, progress io.Writer
 			for _, sys := range order {
 				if err := ctx.Err(); err != nil {
 					return err
+				}
+				if sys.oneClient && w.clients != 1 {
+					continue
 				}
 				fmt.Fprintf(progress, "round %d/%d, %s, %s: ", round+1, cfg.rounds, w.title, sys.name)
 				c, err := runCell(ctx, cfg, e, base, w, sys, round)

@@ -90,7 +90,7 @@ func (r *clusterReport) settings() []string {
 	if cfg.maxprocs > 0 {
 		procs = fmt.Sprintf("server processes, raftlog's and NATS' alike: GOMAXPROCS=%d (-server-gomaxprocs)", cfg.maxprocs)
 	}
-	return []string{
+	out := []string{
 		procs,
 		fmt.Sprintf("raftlog: %s; three `node serve` processes, full --bootstrap list, --max-in-flight %d (default 128), other flags default",
 			r.versions.raftlog, raftlogMaxInFlight),
@@ -108,6 +108,12 @@ func (r *clusterReport) settings() []string {
 			"context switches: voluntary and not, of every thread of the three server processes (/proc/<pid>/task/*/status), per 1,000 records",
 		"every acknowledged record (warm-up and drain included) is read back after its cell, at its index or sequence, with its data",
 	}
+	if hasSystem(cfg.systems, sysFloor) {
+		out = append(out, "replication floor: no raft, three processes of this binary; the leader stores a request (pwrite + fdatasync), then sends it to "+
+			"both followers, which store it and answer; it answers the client at the first answer; the client sends one request at a time holding "+
+			"its whole window; workloads of one client only; its read-back covers the last 256 MiB of each cell, which its file holds (bench/pipeline.go)")
+	}
+	return out
 }
 
 // printMarkdown writes the header, the summary, the detail table and the

@@ -95,6 +95,9 @@ func main() {
 		case natsServerCommand:
 			natsServerMain(os.Args[2:])
 			return
+		case pipelineServerCommand:
+			pipelineServerMain(os.Args[2:])
+			return
 		}
 	}
 	cfg, err := parseFlags(os.Args[1:])
