@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/raft"
+
 	"github.com/raftlog/raftlog/catalog"
 	"github.com/raftlog/raftlog/replica"
 )
@@ -17,12 +19,13 @@ import (
 // The cluster's id (hello.go says what it is for).
 //
 // The default log's leader sets it in the catalog once, a random 128-bit
-// value, at its first stint: a new cluster gets one a second or so after
-// its bootstrap, a cluster created by an older version at its first
-// leader of this version, a cluster restored from a full backup (whose
-// catalog the restore drops) a new one. Each leader proposes its id again
-// once per stint, which changes nothing where it is known and gives it to
-// a node that missed it (one that ran an older version then).
+// value, once every member of the log's configuration has answered its
+// hello (firstClusterID): a new cluster gets one a second or so after its
+// bootstrap, a cluster created by an older version once all its members
+// run this version (an older one ignores the command), a cluster restored
+// from a full backup (whose catalog the restore drops) a new one. Each
+// leader proposes its id again once per stint, which changes nothing
+// where it is known and gives it to a node that missed it.
 //
 // Every node keeps the id its catalog holds in the data dir's file
 // cluster-id as well, so that from its start it says the id in its hellos,
@@ -35,6 +38,9 @@ const clusterIDFile = "cluster-id"
 type clusterIDs struct {
 	mu   sync.Mutex
 	file catalog.ClusterID // what the data dir's cluster-id holds; guarded by mu
+	// waitLogged is the stint in which the leader last logged why it sets
+	// no id yet; only planLoop's goroutine uses it.
+	waitLogged *replica.Stint
 }
 
 // loadClusterID reads the data dir's cluster-id, if any.
@@ -95,9 +101,12 @@ func (n *Node) proposeClusterID(last *replica.Stint) *replica.Stint {
 	}
 	id := n.clusterID() // the data dir's copy if the catalog has none
 	if id.IsZero() {
-		var err error
-		if id, err = catalog.NewClusterID(); err != nil {
-			n.cfg.Logger.Warn("choosing the cluster's id", "error", err)
+		var why string
+		if id, why = n.firstClusterID(); why != "" {
+			if n.clusterIDs.waitLogged != st {
+				n.clusterIDs.waitLogged = st
+				n.cfg.Logger.Info("not setting the cluster's id yet", "why", why)
+			}
 			return last
 		}
 	}
@@ -114,6 +123,69 @@ func (n *Node) proposeClusterID(last *replica.Stint) *replica.Stint {
 		return last
 	}
 	return st
+}
+
+// firstClusterID returns the id the default log's leader sets when
+// neither its catalog nor its data dir holds one, or why it sets none yet.
+//
+// Every other member of the log's configuration must have answered this
+// node's hello, which shows it runs a version that keeps the id: an older
+// one ignores the catalog's command (catalog.SetClusterID), and once it
+// has taken a snapshot past it, it misses the id for good; upgraded and
+// then leading, it would set an id of its own, and the members that hold
+// the first would refuse the others' connections. A member that is down
+// delays the id until it is back. When members name an id in their
+// answers (a cluster that went through such an upgrade before this rule,
+// or a leader whose catalog lost it), the leader takes it; when they name
+// several, it sets none and says so.
+func (n *Node) firstClusterID() (catalog.ClusterID, string) {
+	c, ok := readConfig(n.log.Raft())
+	if !ok {
+		return catalog.ClusterID{}, "the default log's raft configuration cannot be read"
+	}
+	if n.probes == nil {
+		return chooseClusterID(n.cfg.ID, c.servers, nil)
+	}
+	return chooseClusterID(n.cfg.ID, c.servers, n.probes.hellos.peer)
+}
+
+// chooseClusterID is firstClusterID's choice for the node self of a
+// configuration of servers, given what each answered to the last hello
+// said to it (nil: hellos are off, nothing to wait for).
+func chooseClusterID(self string, servers []raft.Server, peer func(raft.ServerAddress) (peerHello, bool)) (catalog.ClusterID, string) {
+	var zero catalog.ClusterID
+	named := map[string][]string{} // cluster id -> the members that named it
+	for _, s := range servers {
+		if string(s.ID) == self || peer == nil {
+			continue
+		}
+		ph, ok := peer(s.Address)
+		switch {
+		case !ok:
+			return zero, fmt.Sprintf("this node has not reached %s at %s since it started", s.ID, s.Address)
+		case !ph.answered:
+			return zero, fmt.Sprintf("%s at %s runs a version that does not keep the cluster's id (it answers no hello); the id is set once every member is upgraded", s.ID, s.Address)
+		case ph.cluster != "":
+			named[ph.cluster] = append(named[ph.cluster], string(s.ID))
+		}
+	}
+	switch len(named) {
+	case 0:
+		id, err := catalog.NewClusterID()
+		if err != nil {
+			return zero, "choosing an id: " + err.Error()
+		}
+		return id, ""
+	case 1:
+		for s := range named {
+			id, err := catalog.ParseClusterID(s)
+			if err != nil {
+				return zero, fmt.Sprintf("the id %q its members name: %v", s, err)
+			}
+			return id, ""
+		}
+	}
+	return zero, fmt.Sprintf("its members name different cluster ids (%v); a cluster's members must agree: see the README's Cluster id", named)
 }
 
 // hello is this node's hello (hello.go).

@@ -93,6 +93,42 @@ type helloState struct {
 	mu      sync.Mutex
 	closed  bool                  // guarded by mu
 	pending map[net.Conn]struct{} // guarded by mu
+	// peers is what the last hello this node said to each raft address
+	// heard back (peerHello), so that the leader sets the cluster's id
+	// only once every member runs a version that keeps it, and takes an
+	// id its peers already hold (clusterid.go). Guarded by mu.
+	peers map[raft.ServerAddress]peerHello
+}
+
+// peerHello is the outcome of the last hello said to a peer.
+type peerHello struct {
+	// answered: the peer answered (it runs this version or later); false:
+	// it closed the connection unanswered (an older version).
+	answered bool
+	cluster  string // the cluster id the peer's answer named, if any
+}
+
+// maxPeerHellos bounds helloState.peers: past it, the outcomes are
+// forgotten and learnt again at the next dials.
+const maxPeerHellos = 4096
+
+// heard records the outcome of a hello said to addr.
+func (h *helloState) heard(addr raft.ServerAddress, ph peerHello) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.peers == nil || len(h.peers) >= maxPeerHellos {
+		h.peers = map[raft.ServerAddress]peerHello{}
+	}
+	h.peers[addr] = ph
+}
+
+// peer returns the outcome of the last hello said to addr; false when
+// none was said since the node started.
+func (h *helloState) peer(addr raft.ServerAddress) (peerHello, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	ph, ok := h.peers[addr]
+	return ph, ok
 }
 
 // track adds c to the pending hellos; false when the layer is closed.
@@ -141,12 +177,14 @@ func (l *probeLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	hc, err := sayHello(c, addr, h.own(), timeout)
+	hc, peer, err := sayHello(c, addr, h.own(), timeout)
 	h.untrack(c)
 	switch {
 	case err == nil:
+		h.heard(addr, peerHello{answered: true, cluster: peer.Cluster})
 		return hc, nil
 	case errors.Is(err, errNoHello):
+		h.heard(addr, peerHello{})
 		c.Close()
 		return l.StreamLayer.Dial(addr, timeout)
 	default:
@@ -156,41 +194,41 @@ func (l *probeLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 }
 
 // sayHello says own's hello on c, a connection to addr, and reads the
-// answer; it returns c to go on with, or an error (errNoHello: the peer
-// closed c without an answer).
-func sayHello(c net.Conn, addr raft.ServerAddress, own helloMsg, timeout time.Duration) (net.Conn, error) {
+// answer; it returns c to go on with and the peer's answer, or an error
+// (errNoHello: the peer closed c without an answer).
+func sayHello(c net.Conn, addr raft.ServerAddress, own helloMsg, timeout time.Duration) (net.Conn, helloMsg, error) {
+	var peer helloMsg
 	b, err := json.Marshal(own)
 	if err != nil {
-		return nil, err
+		return nil, peer, err
 	}
 	if timeout <= 0 {
 		timeout = probeServeTimeout
 	}
 	c.SetDeadline(time.Now().Add(timeout))
 	if _, err := c.Write(append(append([]byte(helloMagic), b...), '\n')); err != nil {
-		return nil, fmt.Errorf("node: hello to %s: %w", addr, err)
+		return nil, peer, fmt.Errorf("node: hello to %s: %w", addr, err)
 	}
 	br := bufio.NewReaderSize(c, probeMaxLine)
 	line, err := readLine(br)
 	if err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			return nil, errNoHello
+			return nil, peer, errNoHello
 		}
-		return nil, fmt.Errorf("node: hello to %s: %w", addr, err)
+		return nil, peer, fmt.Errorf("node: hello to %s: %w", addr, err)
 	}
-	var peer helloMsg
 	if err := json.Unmarshal(line, &peer); err != nil {
-		return nil, fmt.Errorf("node: hello to %s: its answer %q: %w", addr, line, err)
+		return nil, peer, fmt.Errorf("node: hello to %s: its answer %q: %w", addr, line, err)
 	}
 	if peer.Refused != "" {
-		return nil, fmt.Errorf("%w: %s at %s (cluster %s) refused the raft connection of this node, %s of cluster %s: %s",
+		return nil, peer, fmt.Errorf("%w: %s at %s (cluster %s) refused the raft connection of this node, %s of cluster %s: %s",
 			ErrForeignCluster, orUnknown(peer.ID), addr, orUnknown(peer.Cluster), own.ID, orUnknown(own.Cluster), peer.Refused)
 	}
 	c.SetDeadline(time.Time{})
 	if br.Buffered() > 0 {
-		return &peekedConn{Conn: c, r: br}, nil
+		return &peekedConn{Conn: c, r: br}, peer, nil
 	}
-	return c, nil
+	return c, peer, nil
 }
 
 // answerHello reads the hello of an accepted connection whose first bytes

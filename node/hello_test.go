@@ -174,6 +174,59 @@ func TestHelloToAnOlderNode(t *testing.T) {
 	if got := hellos(); got != 2 {
 		t.Errorf("the older node got %d hellos over two dials; want 2", got)
 	}
+	if ph, ok := a.hellos.peer(raft.ServerAddress(addr)); !ok || ph.answered {
+		t.Errorf("the outcome of the hello to an older node: %+v, %v; want it unanswered", ph, ok)
+	}
+	// A node of this version at the same address later answers.
+	b := helloLayer(t, "n2", "", nil)
+	d, err := a.Dial(raft.ServerAddress(b.Addr().String()), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Close()
+	if ph, ok := a.hellos.peer(raft.ServerAddress(b.Addr().String())); !ok || !ph.answered || ph.cluster != "" {
+		t.Errorf("the outcome of the hello to a node of this version: %+v, %v; want answered, no cluster", ph, ok)
+	}
+}
+
+// The default log's leader sets no cluster id while a member runs an
+// older version (it would miss the id for good, and name another once
+// upgraded and leading) or has not answered since the leader started;
+// takes the id its members name; and sets none when they name several.
+func TestChooseClusterID(t *testing.T) {
+	const x, y = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	servers := []raft.Server{{ID: "n1", Address: "a1"}, {ID: "n2", Address: "a2"}, {ID: "n3", Address: "a3"}}
+	for _, c := range []struct {
+		name  string
+		heard map[raft.ServerAddress]peerHello
+		want  string // an id, "new" for a new one, or what the refusal says
+	}{
+		{"all answered, none knows an id", map[raft.ServerAddress]peerHello{"a2": {answered: true}, "a3": {answered: true}}, "new"},
+		{"one older member", map[raft.ServerAddress]peerHello{"a2": {answered: true}, "a3": {}}, "n3 at a3 runs a version that does not keep the cluster's id"},
+		{"one not reached", map[raft.ServerAddress]peerHello{"a2": {answered: true}}, "has not reached n3 at a3"},
+		{"one names an id", map[raft.ServerAddress]peerHello{"a2": {answered: true, cluster: x}, "a3": {answered: true}}, x},
+		{"both name one", map[raft.ServerAddress]peerHello{"a2": {answered: true, cluster: x}, "a3": {answered: true, cluster: x}}, x},
+		{"they name two", map[raft.ServerAddress]peerHello{"a2": {answered: true, cluster: x}, "a3": {answered: true, cluster: y}}, "name different cluster ids"},
+	} {
+		id, why := chooseClusterID("n1", servers, func(a raft.ServerAddress) (peerHello, bool) { ph, ok := c.heard[a]; return ph, ok })
+		switch c.want {
+		case "new":
+			if why != "" || id.IsZero() || id.String() == x || id.String() == y {
+				t.Errorf("%s: %v, %q; want a new id", c.name, id, why)
+			}
+		case x, y:
+			if why != "" || id.String() != c.want {
+				t.Errorf("%s: %v, %q; want %s", c.name, id, why, c.want)
+			}
+		default:
+			if !id.IsZero() || !strings.Contains(why, c.want) {
+				t.Errorf("%s: %v, %q; want no id, because %s", c.name, id, why, c.want)
+			}
+		}
+	}
+	if id, why := chooseClusterID("n1", servers[:1], func(raft.ServerAddress) (peerHello, bool) { return peerHello{}, false }); why != "" || id.IsZero() {
+		t.Errorf("a cluster of one: %v, %q; want a new id", id, why)
+	}
 }
 
 // A node of an older version dials without a hello: its connection is
