@@ -253,13 +253,17 @@ func (n *Node) refusedHello(remote net.Addr, peer, own helloMsg, why string) {
 	if at, ok := n.foreignLogged.at[key]; ok && time.Since(at) < time.Minute {
 		return
 	}
-	if n.foreignLogged.at == nil {
+	if n.foreignLogged.at == nil || len(n.foreignLogged.at) >= maxForeignLogged {
+		// The keys come from peers' hellos: bounded, whoever sends them.
 		n.foreignLogged.at = map[string]time.Time{}
 	}
 	n.foreignLogged.at[key] = time.Now()
 	n.cfg.Logger.Error("refused a raft connection from a node of another cluster: a node of that cluster has this node's address in its configuration (a reused host and port?); this node serves its own cluster only",
 		"why", why, "remote", remote, "its_node", orUnknown(peer.ID), "its_addr", orUnknown(peer.Addr), "its_cluster", orUnknown(peer.Cluster), "this_cluster", orUnknown(own.Cluster))
 }
+
+// maxForeignLogged bounds foreignLog's keys; past it, it forgets them.
+const maxForeignLogged = 1024
 
 // foreignLog limits how often refusedHello logs.
 type foreignLog struct {
