@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/transport"
 )
 
 // helloLayer is a probeLayer on a loopback listener whose hellos say id
@@ -305,4 +307,122 @@ func TestHelloDialEndsAtClose(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatalf("the dial still waits for the hello's answer %v after the layer closed", time.Since(start))
 	}
+}
+
+// To a peer that answered its last hello, the hello and the raft bytes go
+// at once, and the answer is read before the first reply: the connection
+// carries raft's bytes both ways, and a refusal fails the first read, with
+// nothing handed to the acceptor's raft.
+func TestHelloPipelined(t *testing.T) {
+	const x, y = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	refused := make(chan helloMsg, 1)
+	var cluster atomicString
+	cluster.Store(x)
+	b := helloLayer(t, "n2", "", refused)
+	b.hellos.own = func() helloMsg { return helloMsg{ID: "n2", Addr: b.Addr().String(), Cluster: cluster.Load()} }
+	a := helloLayer(t, "n1", x, nil)
+	addr := raft.ServerAddress(b.Addr().String())
+
+	first, err := a.Dial(addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := first.(*helloConn); ok {
+		t.Fatal("the first dial of a peer did not wait for the hello's answer")
+	}
+	carries(t, first, b)
+	first.Close()
+
+	second, err := a.Dial(addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	if _, ok := second.(*helloConn); !ok {
+		t.Fatalf("the second dial of a peer that answered: %T, want the hello pipelined", second)
+	}
+	carries(t, second, b)
+	if tc := plainTCPOf(second); tc == nil {
+		t.Error("a pipelined hello's connection hides its TCP connection from the raft transport's writev")
+	}
+
+	// The peer now belongs to another cluster: the pipelined dial
+	// succeeds, its first read fails naming both, and the acceptor hands
+	// raft nothing.
+	cluster.Store(y)
+	third, err := a.Dial(addr, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer third.Close()
+	if _, err := third.Write([]byte("\xf2rlt\x01request")); err != nil {
+		t.Fatal(err)
+	}
+	third.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := third.Read(make([]byte, 8)); !errors.Is(err, ErrForeignCluster) || !strings.Contains(err.Error(), y) {
+		t.Fatalf("the first read after a refused pipelined hello: %v; want ErrForeignCluster naming %s", err, y)
+	}
+	if peer := <-refused; peer.ID != "n1" {
+		t.Errorf("the acceptor refused %+v, want n1", peer)
+	}
+}
+
+// A peer that answered once and now runs an older version (it closes a
+// hello unanswered): the pipelined dial's first read fails, and the next
+// dial says hello first, falls back and carries raft's bytes.
+func TestHelloPipelinedToAnOlderNode(t *testing.T) {
+	addr, hellos, raftConns := oldNode(t)
+	a := helloLayer(t, "n1", "0123456789abcdef0123456789abcdef", nil)
+	a.hellos.heard(raft.ServerAddress(addr), peerHello{answered: true})
+	d, err := a.Dial(raft.ServerAddress(addr), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := d.Read(make([]byte, 1)); !errors.Is(err, errNoHello) {
+		t.Fatalf("the first read of a pipelined hello an older node closed: %v, want errNoHello", err)
+	}
+	d.Close()
+	d, err = a.Dial(raft.ServerAddress(addr), 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if _, ok := d.(*helloConn); ok {
+		t.Fatal("after an unanswered hello, the next dial pipelined it again")
+	}
+	if _, err := d.Write([]byte("\xf2rlt\x01abc")); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-raftConns; got != "\xf2rlt\x01abc" {
+		t.Fatalf("the older node read %q", got)
+	}
+	if got := hellos(); got != 2 {
+		t.Errorf("the older node got %d hellos; want 2 (the pipelined one, then the one it closed before the fallback)", got)
+	}
+}
+
+// atomicString is a string read and written from several goroutines.
+type atomicString struct {
+	mu sync.Mutex
+	s  string
+}
+
+func (a *atomicString) Load() string   { a.mu.Lock(); defer a.mu.Unlock(); return a.s }
+func (a *atomicString) Store(s string) { a.mu.Lock(); defer a.mu.Unlock(); a.s = s }
+
+// plainTCPOf returns the TCP connection a dialled raft connection writes
+// to unchanged, as the raft transport finds it (transport.WriteThrough).
+func plainTCPOf(c net.Conn) *net.TCPConn {
+	for range 4 {
+		switch v := c.(type) {
+		case *net.TCPConn:
+			return v
+		case transport.WriteThrough:
+			c = v.WriteConn()
+		default:
+			return nil
+		}
+	}
+	return nil
 }
