@@ -117,26 +117,37 @@ func (p *pipelineFile) store(first uint64, size int, recs []byte) error {
 	return unix.Fdatasync(int(p.f.Fd()))
 }
 
-// readRequest reads one request into buf (grown as needed).
-func readRequest(r io.Reader, buf []byte) (count, size uint32, first uint64, recs, _ []byte, err error) {
+// requestReader reads the requests of one connection into one buffer.
+type requestReader struct {
+	r   *bufio.Reader
+	buf []byte
+}
+
+func newRequestReader(c net.Conn) *requestReader {
+	return &requestReader{r: bufio.NewReaderSize(c, 256<<10)}
+}
+
+// next reads the next request: its header's fields, its records, and the
+// whole frame (header and records), valid until the next call.
+func (rr *requestReader) next() (count, size uint32, first uint64, recs, frame []byte, err error) {
 	var h [pipelineHeader]byte
-	if _, err := io.ReadFull(r, h[:]); err != nil {
-		return 0, 0, 0, nil, buf, err
+	if _, err := io.ReadFull(rr.r, h[:]); err != nil {
+		return 0, 0, 0, nil, nil, err
 	}
 	count, size, first = binary.LittleEndian.Uint32(h[0:]), binary.LittleEndian.Uint32(h[4:]), binary.LittleEndian.Uint64(h[8:])
 	n := uint64(count) * uint64(size)
 	if n == 0 || n > pipelineMaxRequest {
-		return 0, 0, 0, nil, buf, fmt.Errorf("bad request: %d records of %d bytes", count, size)
+		return 0, 0, 0, nil, nil, fmt.Errorf("bad request: %d records of %d bytes", count, size)
 	}
-	if uint64(cap(buf)) < pipelineHeader+n {
-		buf = make([]byte, pipelineHeader+n)
+	if uint64(cap(rr.buf)) < pipelineHeader+n {
+		rr.buf = make([]byte, pipelineHeader+n)
 	}
-	buf = buf[:pipelineHeader+n]
-	copy(buf, h[:])
-	if _, err := io.ReadFull(r, buf[pipelineHeader:]); err != nil {
-		return 0, 0, 0, nil, buf, err
+	frame = rr.buf[:pipelineHeader+n]
+	copy(frame, h[:])
+	if _, err := io.ReadFull(rr.r, frame[pipelineHeader:]); err != nil {
+		return 0, 0, 0, nil, nil, err
 	}
-	return count, size, first, buf[pipelineHeader:], buf, nil
+	return count, size, first, frame[pipelineHeader:], frame, nil
 }
 
 // servePipeline runs a server listening on listen, storing into a file of
@@ -198,12 +209,10 @@ func dialRetry(addr string, d time.Duration) (net.Conn, error) {
 
 // follow stores each request the leader sends and answers it.
 func follow(c net.Conn, file *pipelineFile) error {
-	r := bufio.NewReaderSize(c, 256<<10)
-	var buf []byte
+	rr := newRequestReader(c)
 	var ans [8]byte
 	for {
-		_, size, first, recs, b, err := readRequest(r, buf)
-		buf = b
+		_, size, first, recs, _, err := rr.next()
 		if err != nil {
 			if errors.Is(err, io.EOF) {
 				return nil
@@ -261,23 +270,21 @@ func (a *acks) await(first uint64) error {
 // followers, and answered once one of them has it.
 func lead(c net.Conn, file *pipelineFile, peers []net.Conn, as *acks, next *uint64) error {
 	defer c.Close()
-	r := bufio.NewReaderSize(c, 256<<10)
-	var buf []byte
+	rr := newRequestReader(c)
 	var ans [8]byte
 	for {
-		count, size, _, recs, b, err := readRequest(r, buf)
-		buf = b
+		count, size, _, recs, frame, err := rr.next()
 		if err != nil {
 			return err
 		}
 		first := *next
 		*next += uint64(count)
-		binary.LittleEndian.PutUint64(buf[8:], first)
+		binary.LittleEndian.PutUint64(frame[8:], first)
 		if err := file.store(first, int(size), recs); err != nil {
 			return err
 		}
 		for _, p := range peers {
-			if _, err := p.Write(buf); err != nil {
+			if _, err := p.Write(frame); err != nil {
 				return err
 			}
 		}
