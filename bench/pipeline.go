@@ -10,11 +10,13 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -69,6 +71,14 @@ func pipelineServerMain(args []string) {
 	followers := fs.String("followers", "", "comma-separated follower `addresses` (the leader's flag)")
 	ring := fs.Int64("ring", pipelineRing, "`bytes` of the file")
 	fs.Parse(args)
+	// The bench stops its servers with SIGTERM and takes any other end
+	// for a failure; the floor keeps no state worth a clean stop.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, syscall.SIGTERM, os.Interrupt)
+	go func() {
+		<-stop
+		os.Exit(0)
+	}()
 	if err := servePipeline(*listen, *file, *followers, *ring); err != nil {
 		fmt.Fprintln(os.Stderr, pipelineServerCommand+":", err)
 		os.Exit(1)
