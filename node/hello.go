@@ -33,8 +33,13 @@ import (
 //	"RLHELLO1" {"id": "<node id>", "addr": "<its raft address>",
 //	            "cluster": "<cluster id, or empty>"} "\n"
 //
-// and waits for the accepting side's answer, a JSON line of the same
-// shape. The acceptor admits the connection (Node.admitPeer):
+// and reads the accepting side's answer, a JSON line of the same shape:
+// before it sends anything else to a peer it has not heard answer since
+// it started (or that last closed a hello unanswered), and otherwise with
+// raft's first bytes sent right behind the hello, the answer read before
+// the first reply (helloConn), which saves a round trip on each new
+// connection (a survivor asking another for its vote in a failover). The
+// acceptor admits the connection (Node.admitPeer):
 //
 //   - when both sides know their cluster: if it is the same;
 //   - else (a cluster bootstrapped a moment ago, or upgraded from a version
@@ -44,14 +49,16 @@ import (
 //     neither (a new member before the leader's first entry) admits all.
 //
 // A connection not admitted gets an answer with "refused" saying why, and
-// is closed; the dialler fails the dial with that reason. Otherwise the
-// connection goes on as raft's.
+// is closed; the dialler fails the dial, or the first read, with that
+// reason. Otherwise the connection goes on as raft's: the acceptor hands
+// raft nothing of a connection before it admits it.
 //
 // Nodes built before the hello take it for a broken probe and close the
 // connection without a word: a dialler that gets no answer dials again,
 // at once, without a hello. (It tries the hello at every dial: a peer that
 // merely crashed while it answered must not be taken for an older node
-// for long.) A connection that opens without a hello (an older node's) is
+// for long. A pipelined hello closed unanswered fails its connection's
+// first read, and the next dial waits for the answer.) A connection that opens without a hello (an older node's) is
 // accepted, unchecked. The check so protects a cluster whose nodes all
 // run this version or later.
 const helloMagic = "RLHELLO1"
