@@ -163,6 +163,11 @@ type Summary struct {
 	DataBytes uint64
 	// Size is the size of the whole file.
 	Size int64
+	// Checksum is the CRC-32C of every byte of the file before the end
+	// frame, which the end frame carries: with the header, it names the
+	// file's content (a restored cluster's id is derived from them, see
+	// package node). 0 until the end frame has been read.
+	Checksum uint32
 }
 
 // appendHeader appends the encoding of h, of format version.

@@ -136,6 +136,10 @@ func TestRoundTrip(t *testing.T) {
 			if s := r.Summary(); s != f.s {
 				t.Fatalf("summary %+v, want %+v", s, f.s)
 			}
+			// The checksum the end frame carries: of every byte before it.
+			if want := crc32.Checksum(f.b[:len(f.b)-frameHeaderSize-endPayloadSize], castagnoli); f.s.Checksum != want {
+				t.Fatalf("summary's checksum %#x, want %#x", f.s.Checksum, want)
+			}
 			if _, err := r.Next(); err != io.EOF {
 				t.Fatalf("Next after the end: %v, want io.EOF", err)
 			}

@@ -118,13 +118,15 @@ func (w *Writer) Close() (Summary, error) {
 	if w.err != nil {
 		return Summary{}, w.err
 	}
-	w.frame(frameEnd, appendEnd(nil, w.s, w.sum))
+	fileSum := w.sum
+	w.frame(frameEnd, appendEnd(nil, w.s, fileSum))
 	if w.err != nil {
 		return Summary{}, w.err
 	}
 	w.err = errors.New("backup: writer closed")
 	s := w.s
 	s.Size = w.size
+	s.Checksum = fileSum
 	return s, nil
 }
 
@@ -194,8 +196,8 @@ func (r *Reader) Header() Header { return r.hdr }
 // State returns the state machine's state the file holds.
 func (r *Reader) State() []byte { return r.state }
 
-// Summary returns what the end frame counted, once Next returned io.EOF;
-// before, what was read so far.
+// Summary returns what the end frame counted and the file's checksum,
+// once Next returned io.EOF; before, what was read so far (Checksum 0).
 func (r *Reader) Summary() Summary {
 	s := r.s
 	s.Size = r.off
@@ -269,6 +271,7 @@ func (r *Reader) end(start int64, payload []byte) error {
 	if n, _ := io.ReadFull(r.r, extra[:]); n != 0 {
 		return r.corrupt(r.off, "bytes follow the end frame")
 	}
+	r.s.Checksum = fileSum
 	return io.EOF
 }
 
