@@ -18,14 +18,17 @@ import (
 
 // The cluster's id (hello.go says what it is for).
 //
-// The default log's leader sets it in the catalog once, a random 128-bit
-// value, once every member of the log's configuration has answered its
-// hello (firstClusterID): a new cluster gets one a second or so after its
-// bootstrap, a cluster created by an older version once all its members
-// run this version (an older one ignores the command), a cluster restored
-// from a full backup (whose catalog the restore drops) a new one. Each
-// leader proposes its id again once per stint, which changes nothing
-// where it is known and gives it to a node that missed it.
+// The default log's leader sets it in the catalog once: the data dir's
+// copy if it has one, else a random 128-bit value once every member of the
+// log's configuration has answered its hello (firstClusterID). A new
+// cluster gets one a second or so after its bootstrap, a cluster created
+// by an older version once all its members run this version (an older one
+// ignores the command). A cluster restored from a full backup (whose
+// catalog the restore drops) has its new id from the restore, which writes
+// it into every member's data dir (restoreid.go), so its nodes say it from
+// their first start and its first leader proposes that one. Each leader
+// proposes its id again once per stint, which changes nothing where it is
+// known and gives it to a node that missed it.
 //
 // Every node keeps the id its catalog holds in the data dir's file
 // cluster-id as well, so that from its start it says the id in its hellos,

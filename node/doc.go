@@ -61,8 +61,8 @@
 // retained record up to it, in package backup's format, while appends go
 // on; entries a trim drops meanwhile stay on disk until the backup ends.
 // Restore writes, from a backup of the default log, the data dir of a
-// member of a new cluster, the records at their indexes and the client
-// sessions kept. A backup of any log is restored into a new named log of a
+// member of a new cluster, the records at their indexes, the client
+// sessions kept and the new cluster's id (restoreid.go). A backup of any log is restored into a new named log of a
 // running cluster by that log's leader (RestoreLog), as a raft snapshot
 // every replica installs; a log whose restore did not finish refuses
 // record operations until it is deleted.
@@ -78,7 +78,11 @@
 // with a hello naming both ends' node, address and cluster id; a node
 // refuses the connection of a node of another cluster, which raft alone
 // would follow, cutting its log to that cluster's. The id is set by the
-// default log's leader in the catalog and kept in the data dir.
+// default log's leader in the catalog and kept in the data dir; a full
+// restore gives its new cluster an id of its own, never the old
+// cluster's, in every member's data dir before the first start
+// (restoreid.go), so the restored nodes and the old cluster's refuse each
+// other from the start.
 //
 // Data dir: a node holds an exclusive lock on its data dir while it runs
 // (datadir.go). A damaged durable record where it reads at start (raft's

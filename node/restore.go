@@ -1,13 +1,12 @@
 package node
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -41,6 +40,12 @@ import (
 // to the backup's term: the first election is then in a later term, and
 // entries the new cluster appends never carry a term below the ones before
 // them, which raft's vote rule relies on.
+//
+// The new cluster has its own cluster id from the restore, the same on
+// every member of one restore and never the old cluster's (restoreid.go):
+// Restore writes it into the data dir's cluster-id file, so that a
+// restored node refuses the old cluster's nodes by id from its first start,
+// also one that still runs at an address the new member list reuses.
 //
 // A data dir with a snapshot holds raft state, so a restored node neither
 // probes its peers nor bootstraps (bootstrap.go): it starts as a voter of
@@ -80,8 +85,15 @@ type RestoreConfig struct {
 	DataDir string
 	// Bootstrap lists the members of the new cluster and their raft
 	// addresses, this node included; every member's restore gets the same
-	// list, and each member's serve flags must agree with it.
+	// list, and each member's serve flags must agree with it. The new
+	// cluster's id is derived from it (a member restored with another
+	// list gets another id, and the others refuse it).
 	Bootstrap []Peer
+	// ClusterToken goes into the new cluster's id (restoreid.go); every
+	// member's restore gets the same one. Default "". Two restores of one
+	// backup onto the same member list get the same id unless their
+	// tokens differ: give each its own if both clusters may run at once.
+	ClusterToken string
 	// SegmentSize is the commit-log segment size; default 64 MiB, what
 	// Config.SegmentSize defaults to.
 	SegmentSize int64
@@ -97,6 +109,9 @@ type RestoreInfo struct {
 	Summary backup.Summary
 	// Sessions is the number of client sessions the state carried over.
 	Sessions int
+	// ClusterID is the new cluster's id, written into the data dir's
+	// cluster-id file (RestoredClusterID).
+	ClusterID catalog.ClusterID
 	// DroppedLogs names, in order, the named logs the backup's catalog
 	// listed. A default log's backup holds none of their records (each
 	// has its own: node backup --log), so the new cluster starts without
@@ -159,11 +174,17 @@ func Restore(in io.Reader, cfg RestoreConfig) (info RestoreInfo, err error) {
 	if err := writeRestoredSnapshot(cfg, info.Header, state); err != nil {
 		return info, err
 	}
+	if info.ClusterID, err = RestoredClusterID(info.Header, info.Summary, br.State(), cfg.Bootstrap, cfg.ClusterToken); err != nil {
+		return info, fmt.Errorf("node: restore: %w", err)
+	}
+	if err := marks.write(clusterIDFile, []byte(info.ClusterID.String()+"\n")); err != nil {
+		return info, fmt.Errorf("node: restore: %w", err)
+	}
 	if err := marks.remove(restoringFile); err != nil {
 		return info, err
 	}
 	cfg.Logger.Info("restored a backup", "index", info.Header.Index, "term", info.Header.Term, "floor", info.Header.Floor,
-		"entries", info.Summary.Entries, "sessions", sessions, "dropped_logs", dropped, "data_dir", dir)
+		"entries", info.Summary.Entries, "sessions", sessions, "dropped_logs", dropped, "cluster_id", info.ClusterID, "data_dir", dir)
 	return info, nil
 }
 
@@ -174,21 +195,11 @@ func (cfg *RestoreConfig) check() error {
 		return errors.New("node: restore: no node id")
 	case cfg.DataDir == "":
 		return errors.New("node: restore: no data dir")
-	case len(cfg.Bootstrap) == 0:
-		return errors.New("node: restore: no members: give the new cluster's members (the bootstrap list)")
 	}
-	seen, self := map[string]bool{}, false
-	for _, p := range cfg.Bootstrap {
-		if p.ID == "" || seen[p.ID] {
-			return fmt.Errorf("node: restore: member id %q empty or given twice", p.ID)
-		}
-		if _, _, err := net.SplitHostPort(p.RaftAddr); err != nil {
-			return fmt.Errorf("node: restore: member %s: raft address %q: %v", p.ID, p.RaftAddr, err)
-		}
-		seen[p.ID] = true
-		self = self || p.ID == cfg.ID
+	if err := checkMembers(cfg.Bootstrap); err != nil {
+		return err
 	}
-	if !self {
+	if !slices.ContainsFunc(cfg.Bootstrap, func(p Peer) bool { return p.ID == cfg.ID }) {
 		return fmt.Errorf("node: restore: the members do not include this node (%s)", cfg.ID)
 	}
 	return nil
@@ -276,16 +287,9 @@ func restoredState(state []byte, hdr backup.Header) ([]byte, uint64, int, []stri
 // restore of it starts the new cluster without them (RestoreInfo). An
 // error wraps backup.ErrCorrupt.
 func BackupNamedLogs(state []byte) ([]string, error) {
-	sum, err := replica.SummarizeState(state)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %v", backup.ErrCorrupt, err)
-	}
-	if len(sum.Control) == 0 {
-		return nil, nil
-	}
-	cat, err := catalog.ReadSnapshot(bytes.NewReader(sum.Control))
-	if err != nil {
-		return nil, fmt.Errorf("%w: the catalog in its state: %v", backup.ErrCorrupt, err)
+	cat, err := backupCatalog(state)
+	if err != nil || cat == nil {
+		return nil, err
 	}
 	var names []string
 	for _, l := range cat.LogsByName() {

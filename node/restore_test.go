@@ -2,6 +2,7 @@ package node
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -273,4 +274,147 @@ func TestRestoreMajorityThenJoin(t *testing.T) {
 			t.Fatalf("n3 holds %q at %d, want %q", r.Data, r.Index, records[r.Index])
 		}
 	}
+}
+
+// A full restore whose member list reuses the old cluster's ids and raft
+// addresses while a node of the old cluster still runs (the operator
+// restores n2 and n3 where they ran and forgets to stop the old leader):
+// the restored nodes say the restore's cluster id from their first start,
+// so each side refuses the other's raft connections by id. Without it the
+// two sides admitted each other by id and address, and the restored nodes
+// followed the old node and took the old cluster's records written after
+// the backup, undoing the restore.
+func TestRestoreBesideOldNode(t *testing.T) {
+	c := newTestCluster(t, 3, nil)
+	old := c.waitLeader()
+	waitFor(t, "the old cluster's id on every node", func() bool {
+		for _, n := range c.nodes {
+			if id := n.clusterID(); id.IsZero() || id != old.clusterID() {
+				return false
+			}
+		}
+		return true
+	})
+	oldID := old.clusterID()
+	waitFor(t, "three voters in the old leader's configuration", func() bool {
+		f := old.raft.GetConfiguration()
+		if f.Error() != nil {
+			return false
+		}
+		voters := 0
+		for _, s := range f.Configuration().Servers {
+			if s.Suffrage == raft.Voter {
+				voters++
+			}
+		}
+		return voters == 3
+	})
+	conn := dial(t, old)
+	appendN(t, conn, "pre", 5)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	var file bytes.Buffer
+	if err := recvBackup(openBackup(t, ctx, conn), &file); err != nil {
+		t.Fatal(err)
+	}
+	br, err := backup.NewReader(bytes.NewReader(file.Bytes()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	backupIndex := br.Header().Index
+	post := appendN(t, conn, "post", 5)
+	for _, n := range c.nodes {
+		waitCaughtUp(t, n, post[len(post)-1])
+	}
+	oldRecs := readAll(t, old, true)
+	var want []transport.Record // what the restored cluster must hold
+	for _, r := range oldRecs {
+		if r.Index <= backupIndex {
+			want = append(want, r)
+		}
+	}
+	if len(want) == len(oldRecs) {
+		t.Fatalf("the old cluster holds no record after the backup's index %d", backupIndex)
+	}
+
+	var peers []Peer
+	var ids []string // the restored nodes' ids
+	for _, id := range []string{"n1", "n2", "n3"} {
+		peers = append(peers, Peer{ID: id, RaftAddr: c.addrs[id][0]})
+		if id != old.ID() {
+			ids = append(ids, id)
+		}
+	}
+	for _, id := range ids {
+		c.stop(id)
+	}
+	c.dir = t.TempDir()
+	for _, id := range ids {
+		if _, err := Restore(bytes.NewReader(file.Bytes()), RestoreConfig{ID: id, DataDir: filepath.Join(c.dir, id), Bootstrap: peers}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	newID := restoredIDOf(t, file.Bytes(), oldID, peers)
+	var restored []*Node
+	for _, id := range ids {
+		n := c.start(id, func(cfg *Config) { cfg.Bootstrap = peers })
+		restored = append(restored, n)
+		if got := n.clusterID(); got != newID {
+			t.Errorf("restored %s starts knowing cluster id %q (the old cluster's is %s); want the restore's own, %s", id, got, oldID, newID)
+		}
+	}
+
+	// The restored nodes elect a leader of their own, in a term after the
+	// backup's, rather than follow the old node.
+	var leader *Node
+	deadline := time.Now().Add(20 * time.Second)
+	for leader == nil {
+		for _, n := range restored {
+			if n.IsLeader() {
+				leader = n
+			}
+		}
+		if leader != nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			var states []string
+			for _, n := range slices.Concat(restored, []*Node{old}) {
+				_, lid := n.raft.LeaderWithID()
+				states = append(states, fmt.Sprintf("%s %v term %d last %d leader %q", n.ID(), n.raft.State(), n.raft.CurrentTerm(), n.raft.LastIndex(), lid))
+			}
+			t.Fatalf("no restored node leads within 20s: %s", strings.Join(states, "; "))
+		}
+		waitApplied(t, c.nodes, 50*time.Millisecond)
+	}
+	if term := leader.raft.CurrentTerm(); term <= br.Header().Term {
+		t.Errorf("restored %s leads in term %d, not after the backup's %d", leader.ID(), term, br.Header().Term)
+	}
+	idx := appendN(t, dial(t, leader), "new", 1)
+	want = append(want, transport.Record{Index: idx[0], Data: []byte("new-0")})
+	for _, n := range restored {
+		waitCaughtUp(t, n, idx[0])
+		sameRecords(t, "restored "+n.ID(), readAll(t, n, true), want)
+	}
+	sameRecords(t, "the old "+old.ID(), readAll(t, old, true), oldRecs)
+
+	// Each side refused the other's raft connections, and counted them.
+	refused := func(n *Node) float64 {
+		return counterValue(n.metrics.refusedPeers.WithLabelValues(refusedOtherCluster))
+	}
+	waitFor(t, "the old node refusing the restored nodes", func() bool { return refused(old) > 0 })
+	waitFor(t, "the restored nodes refusing the old node", func() bool { return refused(restored[0])+refused(restored[1]) > 0 })
+	if got := old.clusterID(); got != oldID {
+		t.Errorf("the old node's cluster id went from %s to %s", oldID, got)
+	}
+	// The restored leader proposes the data dir's id into the catalog.
+	waitFor(t, "the restore's cluster id in the restored nodes' catalogs", func() bool {
+		for _, n := range restored {
+			if got := n.catalog.State().ClusterID(); got != newID {
+				return false
+			}
+		}
+		return true
+	})
+	t.Logf("refusals: old %s %v, restored %s %v and %s %v", old.ID(), refused(old), restored[0].ID(), refused(restored[0]), restored[1].ID(), refused(restored[1]))
 }
