@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,8 +58,8 @@ func startProcNodes(t *testing.T, h *serveHarness, nodes []*procNode, restoreFro
 	})
 	for _, p := range nodes {
 		if restoreFrom != "" {
-			out := h.mustCLI("restore", "--in", restoreFrom, "--id", p.id, "--data-dir", p.dir, "--bootstrap", bootstrap)
-			t.Logf("restore %s: %s", p.id, strings.TrimSpace(out))
+			p.restored = h.mustCLI("restore", "--in", restoreFrom, "--id", p.id, "--data-dir", p.dir, "--bootstrap", bootstrap)
+			t.Logf("restore %s: %s", p.id, strings.TrimSpace(p.restored))
 		}
 		h.start(p, "--bootstrap", bootstrap)
 	}
@@ -308,6 +309,7 @@ func TestBackupRestoreProcesses(t *testing.T) {
 	if _, errOut, code := h.cli("restore", "--in", file, "--id", "n1", "--data-dir", restored[0].dir, "--bootstrap", "n1=127.0.0.1:1"); code != 1 || !strings.Contains(errOut, "not empty") {
 		t.Fatalf("restore into a running node's data dir: exit status %d, stderr %q", code, errOut)
 	}
+	checkRestoredClusterID(t, h, file, old, restored)
 	got := readRecords(t, h, newAddrs, hdr.Floor)
 	for idx, data := range want {
 		if got[idx] != data {
@@ -337,4 +339,45 @@ func TestBackupRestoreProcesses(t *testing.T) {
 	for _, p := range append(restored, old...) {
 		h.stop(p)
 	}
+}
+
+// restoredIDLine is how "node restore" and "restore --check --bootstrap"
+// name the cluster id a restore gives.
+var restoredIDLine = regexp.MustCompile(`the new cluster's id is ([0-9a-f]{32})\b`)
+
+// checkRestoredClusterID checks the cluster id of the cluster that "node
+// restore" made of file on restored: every member's restore printed the
+// same id and wrote it into its data dir's cluster-id file, each node
+// reports it in status, "restore --check" with the same --bootstrap list
+// prints it too (and another with a --cluster-token), and it is not the id
+// of the old cluster, which still runs.
+func checkRestoredClusterID(t *testing.T, h *serveHarness, file string, old, restored []*procNode) {
+	t.Helper()
+	oldID := clusterIDOf(t, h, old)
+	var newID string
+	for _, p := range restored {
+		m := restoredIDLine.FindStringSubmatch(p.restored)
+		if m == nil || newID != "" && m[1] != newID {
+			t.Fatalf("restore of %s printed %q; want the new cluster's id, the same on every member (%q)", p.id, p.restored, newID)
+		}
+		newID = m[1]
+		if b, err := os.ReadFile(filepath.Join(p.dir, "cluster-id")); err != nil || string(b) != newID+"\n" {
+			t.Fatalf("%s's cluster-id file: %q, %v; want %s", p.id, b, err, newID)
+		}
+	}
+	if newID == oldID {
+		t.Fatalf("the restored cluster has the old cluster's id %s", oldID)
+	}
+	if got := clusterIDOf(t, h, restored); got != newID {
+		t.Fatalf("the restored nodes report cluster id %s, the restore printed %s", got, newID)
+	}
+	check := h.mustCLI("restore", "--check", "--in", file, "--bootstrap", bootstrapOf(restored))
+	if m := restoredIDLine.FindStringSubmatch(check); m == nil || m[1] != newID {
+		t.Fatalf("restore --check --bootstrap: %q; want the restore's id %s", check, newID)
+	}
+	check = h.mustCLI("restore", "--check", "--in", file, "--bootstrap", bootstrapOf(restored), "--cluster-token", "staging")
+	if m := restoredIDLine.FindStringSubmatch(check); m == nil || m[1] == newID || m[1] == oldID {
+		t.Fatalf("restore --check with a --cluster-token: %q; want an id other than %s and %s", check, newID, oldID)
+	}
+	t.Logf("old cluster %s, restored cluster %s", oldID, newID)
 }

@@ -194,15 +194,25 @@ nothing is left in the data dir. Restoring a majority of the members is
 enough: one started with an empty data dir and the same --bootstrap list
 joins them and gets the records from their leader.
 
-The new cluster is a cluster of its own: never list in --bootstrap an
-address where a member of the old cluster still runs.
+The new cluster is a cluster of its own, with a cluster id that restore
+derives from the backup, the --bootstrap list and --cluster-token: the same
+on every member restored with the same three, and never the old cluster's,
+so the new cluster's nodes and the old cluster's refuse each other's raft
+connections. restore prints it and writes it into the data dir's file
+cluster-id. Two restores of one backup onto the same --bootstrap list get
+the same id: give each its own --cluster-token if both clusters may run at
+once. Still, never list in --bootstrap an address where a node of the old
+cluster runs: the new cluster has that member down.
 
---check only reads and checks the file and says what it holds.`)
+--check only reads and checks the file and says what it holds; with
+--bootstrap (and --cluster-token), also the cluster id a restore onto
+those members gives.`)
 	fs.StringVar(&in, "in", "", "the backup `file` to read (required; never taken from the environment); - reads stdin")
 	fs.StringVar(&cfg.ID, "id", "", "the `id` of the node this data dir is for (required)")
 	fs.StringVar(&cfg.DataDir, "data-dir", "", "the node's data `directory`, missing or empty (required)")
 	fs.Var(peersValue{&cfg.Bootstrap}, "bootstrap", "the members of the new cluster, this node included: `id=host:port,...` (raft addresses; required)")
-	fs.BoolVar(&check, "check", false, "only check the backup file and print what it holds; write nothing")
+	fs.StringVar(&cfg.ClusterToken, "cluster-token", "", "a `token` that goes into the new cluster's id, the same on every member's restore; default none (give two restores of one backup onto the same members different tokens if both clusters may run at once)")
+	fs.BoolVar(&check, "check", false, "only check the backup file and print what it holds (and, with --bootstrap, the cluster id a restore gives); write nothing")
 	fs.fromEnv("id", "data-dir", "bootstrap")
 	fs.StringVar(&logName, "log", "", "restore into a new log of this `name` of a running cluster (--addrs), not into a data dir")
 	cf.define(fs)
@@ -223,8 +233,8 @@ address where a member of the old cluster still runs.
 		switch {
 		case logName == transport.DefaultLog:
 			return usagef("--log %s: the default log is restored into the data dirs of a new cluster: leave --log out", logName)
-		case fs.onCommandLine("id") || fs.onCommandLine("data-dir") || fs.onCommandLine("bootstrap"):
-			return usagef("--log restores into a running cluster (--addrs): --id, --data-dir and --bootstrap are for a new cluster's data dirs")
+		case fs.onCommandLine("id") || fs.onCommandLine("data-dir") || fs.onCommandLine("bootstrap") || fs.given("cluster-token"):
+			return usagef("--log restores into a running cluster (--addrs): --id, --data-dir, --bootstrap and --cluster-token are for a new cluster's data dirs")
 		case replicas != 0 && replicas != 1 && replicas != 3 && replicas != 5:
 			return usagef("--replicas %d: a log has 1, 3 or 5", replicas)
 		}
@@ -280,6 +290,15 @@ address where a member of the old cluster still runs.
 			if len(names) > 0 {
 				fmt.Fprintf(e.stdout, "its catalog lists the named logs %s, whose records it does not hold: a cluster restored from it starts without them (restore each from its own backup with --log)\n", strings.Join(names, ", "))
 			}
+			if len(cfg.Bootstrap) == 0 {
+				fmt.Fprintf(e.stdout, "a cluster restored from it has a cluster id of its own, derived from the file, the --bootstrap list and --cluster-token: give them with --check to see it\n")
+				return nil
+			}
+			id, err := node.RestoredClusterID(h, s, bk.State(), cfg.Bootstrap, cfg.ClusterToken)
+			if err != nil {
+				return usagef("--bootstrap: %v", err)
+			}
+			fmt.Fprintf(e.stdout, "restored onto --bootstrap %s%s, the new cluster's id is %s\n", bootstrapList(cfg.Bootstrap), tokenNote(cfg.ClusterToken), id)
 		}
 		return nil
 	}
@@ -291,14 +310,12 @@ address where a member of the old cluster still runs.
 	if err != nil {
 		return fmt.Errorf("%s: %w", in, err)
 	}
-	var peers []string
-	for _, p := range cfg.Bootstrap {
-		peers = append(peers, p.ID+"="+p.RaftAddr)
-	}
 	fmt.Fprintf(e.stdout, "restored the backup of index %d (term %d) into %s: %d entries from index %d, %d client sessions\n"+
+		"the new cluster's id is %s, derived from the backup and the --bootstrap list%s: every member restored with the same gets it\n"+
 		"start the node with: node serve --id %s --data-dir %s --bootstrap %s (and its addresses)\n",
 		info.Header.Index, info.Header.Term, cfg.DataDir, info.Summary.Entries, info.Header.Floor, info.Sessions,
-		cfg.ID, cfg.DataDir, strings.Join(peers, ","))
+		info.ClusterID, tokenNote(cfg.ClusterToken),
+		cfg.ID, cfg.DataDir, bootstrapList(cfg.Bootstrap))
 	if n := len(info.DroppedLogs); n > 0 {
 		what := fmt.Sprintf("%d named logs (%s), whose records a backup of the default log does not hold: the new cluster starts without them", n, strings.Join(info.DroppedLogs, ", "))
 		if n == 1 {
@@ -307,6 +324,23 @@ address where a member of the old cluster still runs.
 		fmt.Fprintf(e.stdout, "the backup's catalog lists %s; once it runs, restore each named log from its own backup: node restore --log NAME --in FILE --addrs ADDRS\n", what)
 	}
 	return nil
+}
+
+// bootstrapList writes peers as --bootstrap takes them.
+func bootstrapList(peers []node.Peer) string {
+	var s []string
+	for _, p := range peers {
+		s = append(s, p.ID+"="+p.RaftAddr)
+	}
+	return strings.Join(s, ",")
+}
+
+// tokenNote names a restore's cluster token, "" for none.
+func tokenNote(token string) string {
+	if token == "" {
+		return ""
+	}
+	return fmt.Sprintf(" and --cluster-token %q", token)
 }
 
 // logSettings are the settings flags of a restore into a new log; a zero

@@ -222,6 +222,7 @@ func TestUsageErrors(t *testing.T) {
 		// remove --id and trim --below never come from the environment.
 		{[]string{"remove", "--addrs", "127.0.0.1:1"}, map[string]string{"RAFTLOG_ID": "n1"}, "no node id: give --id"},
 		{[]string{"trim", "--addrs", "127.0.0.1:1"}, map[string]string{"RAFTLOG_BELOW": "100"}, "no index"},
+		{[]string{"restore", "--log", "orders", "--in", "f", "--addrs", "127.0.0.1:1", "--cluster-token", "x"}, nil, "--cluster-token are for a new cluster's data dirs"},
 		{[]string{"demo", "--flush", "never"}, nil, "want sync or async"},
 		{[]string{"bench"}, nil, "no cluster address"},
 		{[]string{"bench", "--local", "--addrs", "127.0.0.1:1"}, nil, "not both"},

@@ -28,6 +28,7 @@ type procNode struct {
 	cmd                   *exec.Cmd
 	log                   string        // its stderr, a file
 	exited                chan struct{} // closed once cmd.Wait returned
+	restored              string        // what "node restore" printed, when it wrote the data dir
 }
 
 // serveHarness builds the node binary and runs its processes.
