@@ -135,6 +135,10 @@ const (
 	// refusedOtherCluster: a raft connection whose hello named another
 	// cluster (hello.go).
 	refusedOtherCluster = "other_cluster"
+	// refusedJoining: a raft connection that came while the node, joining
+	// a cluster, had not yet learnt its id from its join target
+	// (joinid.go).
+	refusedJoining = "joining"
 )
 
 // authorize refuses a request its client may not make, with

@@ -176,6 +176,9 @@ func (n *Node) becomeJoining(via []string) error {
 		return err
 	}
 	n.joiningNow.Store(true)
+	// Admit no raft connection until a member's status says which
+	// cluster this is (joinid.go); the bootstrap list stops counting.
+	n.setJoinWaiting(true)
 	n.deciding.Store(false)
 	return n.joinCluster(n.ctx, via)
 }

@@ -33,6 +33,8 @@ import (
 // Every node keeps the id its catalog holds in the data dir's file
 // cluster-id as well, so that from its start it says the id in its hellos,
 // before raft has replayed the catalog's entries after the last snapshot.
+// A new member knows the id of the cluster it joins before its catalog
+// does (joinid.go).
 
 // clusterIDFile is the data dir's copy of the cluster's id.
 const clusterIDFile = "cluster-id"
@@ -41,6 +43,7 @@ const clusterIDFile = "cluster-id"
 type clusterIDs struct {
 	mu   sync.Mutex
 	file catalog.ClusterID // what the data dir's cluster-id holds; guarded by mu
+	join joinerState       // a new member's, of the cluster it joins (joinid.go); guarded by mu
 	// waitLogged is the stint in which the leader last logged why it sets
 	// no id yet; only planLoop's goroutine uses it.
 	waitLogged *replica.Stint
@@ -64,14 +67,18 @@ func (n *Node) loadClusterID() error {
 }
 
 // clusterID returns the id of the node's cluster: its catalog's, or the
-// data dir's copy while the catalog has none; zero when it knows none.
+// data dir's copy while the catalog has none, or (a new member) the id of
+// the cluster it joins (joinid.go); zero when it knows none.
 func (n *Node) clusterID() catalog.ClusterID {
 	if id := n.catalog.State().ClusterID(); !id.IsZero() {
 		return id
 	}
 	n.clusterIDs.mu.Lock()
 	defer n.clusterIDs.mu.Unlock()
-	return n.clusterIDs.file
+	if !n.clusterIDs.file.IsZero() {
+		return n.clusterIDs.file
+	}
+	return n.clusterIDs.join.expect
 }
 
 // keepClusterID writes the catalog's cluster id to the data dir's copy
@@ -86,11 +93,19 @@ func (n *Node) keepClusterID() {
 	if !n.clusterIDs.file.IsZero() {
 		n.cfg.Logger.Warn("the catalog names another cluster id than the data dir's cluster-id file; the node goes by the catalog's", "catalog", id, "file", n.clusterIDs.file)
 	}
-	if err := replica.WriteFileSync(filepath.Join(n.cfg.DataDir, clusterIDFile), []byte(id.String()+"\n")); err != nil {
+	if err := n.writeClusterIDFile(id); err != nil {
 		n.cfg.Logger.Warn("keeping the cluster id in the data dir", "error", err)
-		return
+	}
+}
+
+// writeClusterIDFile writes id to the data dir's cluster-id, durably. The
+// caller holds n.clusterIDs.mu.
+func (n *Node) writeClusterIDFile(id catalog.ClusterID) error {
+	if err := replica.WriteFileSync(filepath.Join(n.cfg.DataDir, clusterIDFile), []byte(id.String()+"\n")); err != nil {
+		return err
 	}
 	n.clusterIDs.file = id
+	return nil
 }
 
 // proposeClusterID, on the default log's leader, sets the cluster's id in
@@ -100,6 +115,9 @@ func (n *Node) keepClusterID() {
 func (n *Node) proposeClusterID(last *replica.Stint) *replica.Stint {
 	st := n.log.Stint()
 	if st == nil || st == last || !n.log.IsLeader() {
+		return last
+	}
+	if h := n.cfg.hooks; h != nil && h.holdClusterID != nil && h.holdClusterID.Load() {
 		return last
 	}
 	id := n.clusterID() // the data dir's copy if the catalog has none
@@ -203,6 +221,9 @@ func (n *Node) hello() helloMsg {
 // admitPeer says why the raft connection whose hello is peer may not go
 // on, "" if it may (hello.go has the rules).
 func (n *Node) admitPeer(peer, own helloMsg) string {
+	if n.joinWaiting() {
+		return whyJoining
+	}
 	if peer.Cluster != "" && own.Cluster != "" {
 		if peer.Cluster != own.Cluster {
 			return fmt.Sprintf("this node belongs to cluster %s", own.Cluster)
@@ -211,25 +232,34 @@ func (n *Node) admitPeer(peer, own helloMsg) string {
 	}
 	members, what := n.knownMembers()
 	if len(members) == 0 {
-		return "" // a new member, before its leader's first entry
+		// A new member added by an operator, before its leader's first
+		// entry.
+		return n.pinCluster(peer)
 	}
 	for _, m := range members {
 		if m.ID != peer.ID {
 			continue
 		}
-		if sameTCPAddr(m.RaftAddr, peer.Addr) {
-			return ""
+		if !sameTCPAddr(m.RaftAddr, peer.Addr) {
+			return fmt.Sprintf("this node's %s has %s at %s, not at %s", what, peer.ID, m.RaftAddr, orUnknown(peer.Addr))
 		}
-		return fmt.Sprintf("this node's %s has %s at %s, not at %s", what, peer.ID, m.RaftAddr, orUnknown(peer.Addr))
+		if what == whatJoinTarget {
+			return n.pinCluster(peer)
+		}
+		return ""
 	}
 	return fmt.Sprintf("%s is not in this node's %s", orUnknown(peer.ID), what)
 }
 
+// whatJoinTarget is what knownMembers calls the members a join target
+// listed.
+const whatJoinTarget = "join target's member list"
+
 // knownMembers returns the members of the node's latest raft
 // configuration, or of its bootstrap list while it has none and decides
-// whether to bootstrap, and which of the two it is; none for a new member
-// before its leader's first entry (whose leader may be a node the
-// bootstrap list does not name).
+// whether to bootstrap (or has not started raft), or those its join
+// target listed (joinid.go), and which of these it is; none for a new
+// member added by an operator, before its leader's first entry.
 func (n *Node) knownMembers() ([]Peer, string) {
 	if r := n.raftRef.Load(); r != nil {
 		if c, ok := readConfig(r); ok && len(c.servers) > 0 {
@@ -240,8 +270,11 @@ func (n *Node) knownMembers() ([]Peer, string) {
 			return ps, "raft configuration"
 		}
 	}
-	if n.deciding.Load() || n.raftRef.Load() == nil {
+	if n.deciding.Load() || n.raftRef.Load() == nil && len(n.cfg.Bootstrap) > 0 {
 		return n.cfg.Bootstrap, "bootstrap list"
+	}
+	if ms := n.joinTargetMembers(); len(ms) > 0 {
+		return ms, whatJoinTarget
 	}
 	return nil, ""
 }
@@ -249,7 +282,11 @@ func (n *Node) knownMembers() ([]Peer, string) {
 // refusedHello logs a raft connection refused (admitPeer said why), at
 // most once a minute for each peer and reason, and counts it.
 func (n *Node) refusedHello(remote net.Addr, peer, own helloMsg, why string) {
-	n.metrics.refusedPeers.WithLabelValues(refusedOtherCluster).Inc()
+	reason := refusedOtherCluster
+	if why == whyJoining {
+		reason = refusedJoining
+	}
+	n.metrics.refusedPeers.WithLabelValues(reason).Inc()
 	key := peer.ID + " " + peer.Addr + " " + peer.Cluster + " " + why
 	n.foreignLogged.mu.Lock()
 	defer n.foreignLogged.mu.Unlock()
@@ -261,6 +298,11 @@ func (n *Node) refusedHello(remote net.Addr, peer, own helloMsg, why string) {
 		n.foreignLogged.at = map[string]time.Time{}
 	}
 	n.foreignLogged.at[key] = time.Now()
+	if reason == refusedJoining {
+		n.cfg.Logger.Info("refused a raft connection: this node is joining a cluster and has not yet learnt its id from its join target",
+			"remote", remote, "its_node", orUnknown(peer.ID), "its_addr", orUnknown(peer.Addr), "its_cluster", orUnknown(peer.Cluster))
+		return
+	}
 	n.cfg.Logger.Error("refused a raft connection from a node of another cluster: a node of that cluster has this node's address in its configuration (a reused host and port?); this node serves its own cluster only",
 		"why", why, "remote", remote, "its_node", orUnknown(peer.ID), "its_addr", orUnknown(peer.Addr), "its_cluster", orUnknown(peer.Cluster), "this_cluster", orUnknown(own.Cluster))
 }

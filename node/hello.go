@@ -41,12 +41,19 @@ import (
 // connection (a survivor asking another for its vote in a failover). The
 // acceptor admits the connection (Node.admitPeer):
 //
-//   - when both sides know their cluster: if it is the same;
+//   - never, while the acceptor joins a cluster through a join target it
+//     has not yet asked which cluster that is (joinid.go);
+//   - when both sides know their cluster: if it is the same (a new member
+//     knows the id of the cluster it joins from its join target, before
+//     its catalog does);
 //   - else (a cluster bootstrapped a moment ago, or upgraded from a version
 //     without ids, whose leader has not set one yet): if the dialler's id
 //     and address are a member's in the acceptor's raft configuration, or
-//     its bootstrap list while it has no configuration; a node with
-//     neither (a new member before the leader's first entry) admits all.
+//     its bootstrap list while it has no configuration, or the members its
+//     join target listed; a node with none of these (a new member that an
+//     operator adds, before the leader's first entry) admits all, and
+//     takes the cluster id of the first hello it admits that names one
+//     for its own, refusing others from then on.
 //
 // A connection not admitted gets an answer with "refused" saying why, and
 // is closed; the dialler fails the dial, or the first read, with that

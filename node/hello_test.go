@@ -263,10 +263,61 @@ func TestAdmitPeer(t *testing.T) {
 		{"an id not in the list", list, helloMsg{ID: "n3", Addr: "127.0.0.1:7003"}, helloMsg{}, "n3 is not in this node's bootstrap list"},
 		{"no list, no configuration: a new member", nil, helloMsg{ID: "n3", Addr: "127.0.0.1:7003", Cluster: x}, helloMsg{}, ""},
 	} {
-		n := &Node{cfg: Config{Bootstrap: c.bootstrap}}
+		n := &Node{cfg: Config{Bootstrap: c.bootstrap, Logger: discardLogger()}}
 		got := n.admitPeer(c.peer, c.own)
 		if (got == "") != (c.refused == "") || !strings.Contains(got, c.refused) {
 			t.Errorf("%s: admitPeer says %q; want %q", c.name, got, c.refused)
+		}
+	}
+}
+
+// The rules of a new member (joinid.go): while it has not asked its join
+// target it admits no one; by the target's member list when the target
+// named no cluster id; and a node with neither list nor configuration
+// takes the first cluster id a hello it admits names, and refuses others.
+func TestAdmitPeerJoining(t *testing.T) {
+	const x, y = "0123456789abcdef0123456789abcdef", "fedcba9876543210fedcba9876543210"
+	n1 := helloMsg{ID: "n1", Addr: "127.0.0.1:7001"}
+	named := func(m helloMsg, cluster string) helloMsg { m.Cluster = cluster; return m }
+	type step struct {
+		peer    helloMsg
+		refused string // a part of the reason, "" for admitted
+	}
+	for _, c := range []struct {
+		name  string
+		setup func(n *Node)
+		steps []step
+	}{
+		{"waiting for the join target", func(n *Node) { n.setJoinWaiting(true) }, []step{
+			{named(n1, x), whyJoining},
+			{n1, whyJoining},
+		}},
+		{"the join target's members", func(n *Node) {
+			n.clusterIDs.join.members = []Peer{{ID: "n1", RaftAddr: "127.0.0.1:7001"}}
+		}, []step{
+			{helloMsg{ID: "n7", Addr: "127.0.0.1:7007", Cluster: y}, "n7 is not in this node's join target's member list"},
+			{helloMsg{ID: "n1", Addr: "127.0.0.1:9001"}, "has n1 at 127.0.0.1:7001, not at 127.0.0.1:9001"},
+			{n1, ""},
+			{named(n1, x), ""},
+			{named(n1, y), "belongs to cluster " + x},
+		}},
+		{"an operator's new member", nil, []step{
+			{helloMsg{ID: "n7", Addr: "127.0.0.1:7007"}, ""},
+			{named(n1, x), ""},
+			{helloMsg{ID: "a1", Addr: "127.0.0.1:8001", Cluster: y}, "belongs to cluster " + x},
+			{helloMsg{ID: "n2", Addr: "127.0.0.1:7002", Cluster: x}, ""},
+			{helloMsg{ID: "n3", Addr: "127.0.0.1:7003", Cluster: "not hex"}, "its hello names cluster"},
+		}},
+	} {
+		n := &Node{cfg: Config{Logger: discardLogger()}}
+		if c.setup != nil {
+			c.setup(n)
+		}
+		for i, s := range c.steps {
+			got := n.admitPeer(s.peer, helloMsg{})
+			if (got == "") != (s.refused == "") || !strings.Contains(got, s.refused) {
+				t.Errorf("%s, step %d (%+v): admitPeer says %q; want %q", c.name, i, s.peer, got, s.refused)
+			}
 		}
 	}
 }

@@ -92,7 +92,7 @@ type nodeMetrics struct {
 	refusedAppends *prometheus.CounterVec // by reason: refusedSpace, refusedSession, refusedOrder
 
 	refusedRequests *prometheus.CounterVec // by op and reason: refusedMalformed, refusedTooLarge, refusedBusy, refusedUnsupported, refusedPermission
-	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode, refusedOtherCluster
+	refusedPeers    *prometheus.CounterVec // by reason: refusedNotANode, refusedOtherCluster, refusedJoining
 
 	leaderGoneElections *prometheus.CounterVec // by what led to the dial: goneAfterLost, goneAfterSilence
 	leaderGoneEarly     prometheus.Counter     // of those, called before the node's turn (refusedvote.go)
@@ -207,7 +207,7 @@ func newNodeMetrics() *nodeMetrics {
 		Name: "raftlog_requests_refused_total", Help: "Client requests refused, by op (none: no known op, or a connection) and reason (malformed, too_large, busy, unsupported, permission).",
 	}, []string{"op", "reason"})
 	m.refusedPeers = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "raftlog_peer_connections_refused_total", Help: "Raft connections refused, by reason: not_a_node (in the TLS handshake, a certificate not of a node), other_cluster (a node of another cluster).",
+		Name: "raftlog_peer_connections_refused_total", Help: "Raft connections refused, by reason: not_a_node (in the TLS handshake, a certificate not of a node), other_cluster (a node of another cluster), joining (before a joining node learnt its cluster's id from its join target).",
 	}, []string{"reason"})
 	m.leaderGoneElections = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "raftlog_leader_gone_elections_total", Help: "Elections called because the leader's raft port refused connections, by what led to the dial (lost_connection, missed_heartbeats).",
@@ -224,6 +224,7 @@ func newNodeMetrics() *nodeMetrics {
 	}
 	m.refusedPeers.WithLabelValues(refusedNotANode)
 	m.refusedPeers.WithLabelValues(refusedOtherCluster)
+	m.refusedPeers.WithLabelValues(refusedJoining)
 	for _, after := range []string{goneAfterLost, goneAfterSilence} {
 		m.leaderGoneElections.WithLabelValues(after)
 	}

@@ -140,6 +140,10 @@ type testHooks struct {
 	logTransport func(id uint64, t raft.Transport) raft.Transport
 	// backupStall, when set, replaces backupStallTimeout (backup.go).
 	backupStall time.Duration
+	// holdClusterID, when set and true, keeps the default log's leader
+	// from setting the cluster's id, as a leader of a version before the
+	// id (clusterid.go).
+	holdClusterID *atomic.Bool
 }
 
 // Start opens the node's data dir, starts raft and the listeners, and
@@ -219,6 +223,10 @@ func startNode(ctx context.Context, cfg Config) (*Node, error) {
 		lock.Close()
 		return nil, err
 	}
+	// A node to join through Join admits no raft connection before it
+	// has asked a join target which cluster it joins (joinid.go);
+	// startRaft takes this back once it knows the node joins no more.
+	n.setJoinWaiting(len(c.Join) > 0)
 	n.ctx, n.cancel = context.WithCancel(context.Background())
 	if err := n.start(ctx); err != nil {
 		n.Close()
@@ -377,6 +385,10 @@ func (n *Node) startRaft() error {
 	n.joiningNow.Store(joining)
 	n.deciding.Store(deciding)
 	n.joinedAt.Store(added)
+	// A new member that joins through a join target (Join, or the
+	// bootstrap list's members: a rejoin decideLoop chose) learns from it
+	// which cluster it joins before it admits raft connections.
+	n.setJoinWaiting(joining && added == 0 && (len(c.Join) > 0 || len(c.Bootstrap) > 1))
 	n.gate = newVoteGate(tr, false, c.ID, n.wakeOnRefusedVote)
 	if !joining && !deciding {
 		n.startVoting()
@@ -696,7 +708,10 @@ func (n *Node) callNode(ctx context.Context, addr string, op transport.Op, req, 
 // node, following NotLeader answers, until one does or ctx ends. With no
 // addresses it asks the bootstrap list's members for theirs (probe.go). A
 // node with raft state is a member already; a new one joins as a new
-// member (rejoin.go) and records the index of the entry that added it.
+// member (rejoin.go), asking each member's status first for the id of
+// the cluster it joins (joinid.go), and records the id and the index of
+// the entry that added it. It fails at once (ErrForeignCluster) when the
+// node belongs to another cluster than a member's.
 func (n *Node) joinCluster(ctx context.Context, via []string) error {
 	if !n.joiningNow.Load() || n.joinedAt.Load() != 0 {
 		return nil
@@ -716,8 +731,11 @@ func (n *Node) joinCluster(ctx context.Context, via []string) error {
 			addr = via[attempt%len(via)]
 		}
 		if addr != "" {
-			idx, err := n.callJoin(ctx, addr, n.joinRequest(true, false))
+			idx, err := n.joinVia(ctx, addr)
 			if err == nil {
+				if err := n.keepJoinedClusterID(); err != nil {
+					return fmt.Errorf("node: keeping the id of the cluster joined: %w", err)
+				}
 				if err := n.marks.markJoining(idx); err != nil {
 					return err
 				}
@@ -727,7 +745,7 @@ func (n *Node) joinCluster(ctx context.Context, via []string) error {
 			}
 			last = err
 			var te *transport.Error
-			if errors.As(err, &te) && (te.Code == transport.CodeBadRequest || te.Code == transport.CodePermissionDenied) {
+			if errors.Is(err, ErrForeignCluster) || errors.As(err, &te) && (te.Code == transport.CodeBadRequest || te.Code == transport.CodePermissionDenied) {
 				return fmt.Errorf("node: join via %s: %w", addr, err)
 			}
 			if errors.As(err, &te) && te.Code == transport.CodeNotLeader && te.LeaderAddr != "" &&

@@ -85,9 +85,10 @@ func TestNewMemberDoesNotCampaign(t *testing.T) {
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
-	// It never reaches anyone to join through, but the leader still
-	// replicates to its address the log and the configuration that name
-	// its old self a voter.
+	// It learns which cluster it joins from a member's status but never
+	// gets its join through, and the leader still replicates to its
+	// address the log and the configuration that name its old self a
+	// voter.
 	ctx := make(chan struct{})
 	var back *Node
 	go func() {
@@ -99,6 +100,10 @@ func TestNewMemberDoesNotCampaign(t *testing.T) {
 	}()
 	<-ctx
 	defer back.Close()
+	st := leader.Status()
+	if err := back.learnJoinTarget(&st, leader.ClientAddr()); err != nil {
+		t.Fatal(err)
+	}
 	waitFor(t, id+" receives the configuration", func() bool {
 		s, ok := back.selfSuffrage()
 		return ok && s == raft.Voter
