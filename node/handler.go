@@ -147,6 +147,17 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 				Message: fmt.Sprintf("raft address %s belongs to member %s: remove it first, or give node %s another address", r.RaftAddr, s.ID, r.NodeID)}
 		}
 	}
+	// A node about to be added must not belong to another cluster
+	// (joinid.go).
+	var confirm bool
+	if r.Fresh || !member && !r.Register {
+		if confirm, err = n.checkJoiner(ctx, r); err != nil {
+			return nil, err
+		}
+		if h := n.cfg.hooks; h != nil && h.joinChecked != nil {
+			h.joinChecked(r)
+		}
+	}
 	switch {
 	case r.Fresh:
 		if err := n.recordLost(ctx, r.NodeID); err != nil {
@@ -189,6 +200,11 @@ func (n *Node) join(ctx context.Context, r *transport.JoinRequest) (*transport.J
 		}
 		if resp.Index == 0 {
 			resp.Index = f.Index()
+		}
+	}
+	if confirm {
+		if err := n.confirmJoined(ctx, r); err != nil {
+			return nil, err
 		}
 	}
 	return resp, nil

@@ -34,10 +34,19 @@ import (
 // first hello it admits for its own (pinCluster, in memory only, until its
 // catalog has one): the first leader to reach it wins, as before, but
 // from then on it refuses every other cluster's, and its status names the
-// cluster it follows.
+// cluster it follows. The leader that adds a node checks that status
+// before it adds it (checkJoiner) and after (confirmJoined), and refuses a
+// node that names another cluster, so that the join does not report
+// success for a node another cluster took.
 
-// joinStatusTimeout bounds one status request to a join target.
-const joinStatusTimeout = 2 * time.Second
+const (
+	// joinStatusTimeout bounds one status request to a join target or to
+	// a node being added.
+	joinStatusTimeout = 2 * time.Second
+	// joinConfirmTimeout bounds how long the leader waits, after adding
+	// a node that named no cluster, for it to name one.
+	joinConfirmTimeout = 5 * time.Second
+)
 
 // whyJoining is admitPeer's refusal while a joining node has not yet
 // asked its join target which cluster it joins.
@@ -181,7 +190,75 @@ func (n *Node) pinCluster(peer helloMsg) string {
 	return ""
 }
 
-// joinerStatus asks the node at the client address addr for its status.
+// checkJoiner, on the leader, asks the status of a node it is about to
+// add (at its client address): a node that names another cluster is
+// refused (FailedPrecondition). confirm says that the node answered and
+// named no cluster while this one has an id: confirmJoined then checks
+// it again once added. A node that does not answer is added as before
+// (it may not run yet, or not be reachable from here).
+func (n *Node) checkJoiner(ctx context.Context, r *transport.JoinRequest) (confirm bool, err error) {
+	ours := n.clusterID()
+	if ours.IsZero() {
+		return false, nil
+	}
+	st, err := n.joinerStatus(ctx, r.ClientAddr)
+	if err != nil {
+		n.cfg.Logger.Debug("a node to add does not answer its status; adding it unchecked", "id", r.NodeID, "client", r.ClientAddr, "error", err)
+		return false, nil
+	}
+	switch st.ClusterID {
+	case ours.String():
+		return false, nil
+	case "":
+		return true, nil
+	}
+	return false, &transport.Error{Code: transport.CodeFailedPrecondition, Message: fmt.Sprintf(
+		"node %s (client address %s) belongs to cluster %s, and this cluster is %s: not adding it (a host and port reused from another cluster? wipe the node's data dir and start it with --join)",
+		r.NodeID, r.ClientAddr, st.ClusterID, ours)}
+}
+
+// confirmJoined, on the leader, after it added a node that named no
+// cluster (checkJoiner), waits up to joinConfirmTimeout for the node's
+// status to name one. A node that names another cluster (another
+// cluster's leader reached it first) is removed again and the join
+// fails (FailedPrecondition); one that names none by then (a node of an
+// older version) is taken as joined, as before.
+func (n *Node) confirmJoined(ctx context.Context, r *transport.JoinRequest) error {
+	ours := n.clusterID().String()
+	wctx, cancel := context.WithTimeout(ctx, joinConfirmTimeout)
+	defer cancel()
+	for {
+		st, err := n.joinerStatus(wctx, r.ClientAddr)
+		switch {
+		case err != nil || st.ClusterID == "":
+		case st.ClusterID == ours:
+			return nil
+		default:
+			msg := fmt.Sprintf("node %s (client address %s) was added, but it follows cluster %s, not this cluster, %s (a host and port reused from another cluster, whose leader reached it first?)",
+				r.NodeID, r.ClientAddr, st.ClusterID, ours)
+			rctx, rcancel := context.WithTimeout(n.ctx, 10*time.Second)
+			_, rerr := n.remove(rctx, &transport.RemoveRequest{NodeID: r.NodeID})
+			rcancel()
+			if rerr != nil {
+				msg += fmt.Sprintf("; removing it again failed (%v): remove it with 'node remove', then wipe its data dir and start it with --join", rerr)
+			} else {
+				msg += "; removed it again: wipe its data dir and start it with --join"
+			}
+			n.cfg.Logger.Error("a node added to the cluster follows another cluster", "id", r.NodeID, "its_cluster", st.ClusterID, "this_cluster", ours, "removed", rerr == nil)
+			return &transport.Error{Code: transport.CodeFailedPrecondition, Message: msg}
+		}
+		t := time.NewTimer(50 * time.Millisecond)
+		select {
+		case <-wctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C:
+		}
+	}
+}
+
+// joinerStatus asks the node at the client address addr for its status:
+// a join target, or a node being added.
 func (n *Node) joinerStatus(ctx context.Context, addr string) (*transport.StatusResponse, error) {
 	ctx, cancel := context.WithTimeout(ctx, joinStatusTimeout)
 	defer cancel()

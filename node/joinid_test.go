@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
+
+	"github.com/raftlog/raftlog/transport"
 )
 
 // clusterNaming starts cluster A, one node, whose raft configuration
@@ -139,4 +141,63 @@ func TestJoinClusterWithoutID(t *testing.T) {
 		b, err := os.ReadFile(filepath.Join(f.cfg.DataDir, clusterIDFile))
 		return err == nil && string(b) == leaderB.clusterID().String()+"\n"
 	})
+}
+
+// An operator adds with 'node join' a node that started with neither a
+// join target nor a bootstrap list, at a raft address cluster A's
+// configuration names. The node takes the cluster id of the first hello
+// it admits, A's leader's. B's leader asks its status before adding it
+// and refuses it, naming both clusters, and adds nothing. And a node
+// that another cluster reaches only after B's leader checked it is
+// removed again once it names that cluster: the join fails.
+func TestJoinRefusesNodeOfAnotherCluster(t *testing.T) {
+	addrs := freeAddrs(t, 2)
+	leaderA := clusterNaming(t, addrs[0])
+	idA := leaderA.clusterID()
+	var late atomic.Pointer[Node] // the node A reaches after B's check
+	b := newTestCluster(t, 1, func(cfg *Config) {
+		cfg.hooks = &testHooks{joinChecked: func(r *transport.JoinRequest) {
+			if n := late.Load(); n != nil && r.NodeID == n.ID() {
+				n.admitPeer(helloMsg{ID: leaderA.ID(), Addr: leaderA.RaftAddr(), Cluster: idA.String()}, helloMsg{})
+			}
+		}}
+	})
+	leaderB := b.waitLeader()
+	waitFor(t, "cluster B's id", func() bool { return !leaderB.clusterID().IsZero() })
+	idB := leaderB.clusterID()
+	start := func(id, raftAddr string) *Node {
+		cfg := testConfig(t, b.dir, id)
+		cfg.RaftAddr = raftAddr
+		n, err := Start(context.Background(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.nodes[id] = n
+		return n
+	}
+	join := func(n *Node) error {
+		_, err := call[transport.JoinResponse](t, dial(t, leaderB), transport.OpJoin,
+			&transport.JoinRequest{NodeID: n.ID(), RaftAddr: n.RaftAddr(), ClientAddr: n.ClientAddr(), Fresh: true})
+		return err
+	}
+
+	taken := start("n2", addrs[0])
+	waitForIn(t, time.Minute, "A's leader reaching the new node", func() bool { return taken.clusterID() == idA })
+	err := join(taken)
+	if transport.ErrorCode(err) != transport.CodeFailedPrecondition || !strings.Contains(err.Error(), idA.String()) || !strings.Contains(err.Error(), idB.String()) {
+		t.Errorf("B's join of a node that follows A: %v; want FailedPrecondition naming both clusters", err)
+	}
+	if inConfig(t, leaderB, "n2") {
+		t.Error("B added a node that follows A")
+	}
+
+	n3 := start("n3", addrs[1])
+	late.Store(n3)
+	err = join(n3)
+	if transport.ErrorCode(err) != transport.CodeFailedPrecondition || !strings.Contains(err.Error(), "follows cluster "+idA.String()) || !strings.Contains(err.Error(), "removed it again") {
+		t.Errorf("B's join of a node A reached after B's check: %v; want FailedPrecondition saying it follows A and was removed", err)
+	}
+	if inConfig(t, leaderB, "n3") {
+		t.Error("B's configuration keeps a node that follows A")
+	}
 }

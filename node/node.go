@@ -140,6 +140,10 @@ type testHooks struct {
 	logTransport func(id uint64, t raft.Transport) raft.Transport
 	// backupStall, when set, replaces backupStallTimeout (backup.go).
 	backupStall time.Duration
+	// joinChecked, when set, is called by the leader's join handler with
+	// each request that adds a node, once it has checked the node's
+	// status and before it adds it (joinid.go).
+	joinChecked func(*transport.JoinRequest)
 	// holdClusterID, when set and true, keeps the default log's leader
 	// from setting the cluster's id, as a leader of a version before the
 	// id (clusterid.go).

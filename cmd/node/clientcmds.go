@@ -941,7 +941,10 @@ Adds a node to the cluster, through the leader: as a nonvoter, which the node
 asks to have promoted to voter once it has caught up. A server of the same
 id (a member that lost its data dir) is removed first. The node must be
 running ('node serve' without --bootstrap or --join waits for this). 'node
-serve --join' does the same by itself.`)
+serve --join' does the same by itself. The leader asks the node's status
+first, and refuses (FailedPrecondition) a node that names another
+cluster's id: one whose raft address another cluster's configuration
+still names may have followed that cluster's leader.`)
 	cf.define(fs)
 	fs.StringVar(&req.NodeID, "id", "", "the joining node's `id` (required)")
 	fs.Var(addrValue{&req.RaftAddr}, "raft-addr", "the joining node's raft `host:port` (required)")
