@@ -78,11 +78,14 @@
 // with a hello naming both ends' node, address and cluster id; a node
 // refuses the connection of a node of another cluster, which raft alone
 // would follow, cutting its log to that cluster's. The id is set by the
-// default log's leader in the catalog and kept in the data dir; a full
-// restore gives its new cluster an id of its own, never the old
-// cluster's, in every member's data dir before the first start
-// (restoreid.go), so the restored nodes and the old cluster's refuse each
-// other from the start.
+// default log's leader in the catalog, once every member answers the
+// hello, and kept in the data dir; a full restore gives its new cluster an
+// id of its own, never the old cluster's, in every member's data dir
+// before the first start (restoreid.go), so the restored nodes and the old
+// cluster's refuse each other from the start. A new member learns it from
+// its join target's status before it admits any raft connection
+// (joinid.go), and a leader refuses to add a node whose status names
+// another cluster.
 //
 // Data dir: a node holds an exclusive lock on its data dir while it runs
 // (datadir.go). A damaged durable record where it reads at start (raft's

@@ -24,7 +24,9 @@ A new cluster starts in one of two ways:
     start with --join <client address of a member>.
 Once a node's data dir holds its raft state, --bootstrap and --join are
 ignored: restart it with the same flags or without them. A node started
-with neither waits until 'node join' adds it.
+with neither waits until 'node join' adds it. A node started with --join
+asks that member which cluster it joins (its cluster id) before it
+admits any raft connection, and refuses those of other clusters.
 
 A node with an empty data dir and a --bootstrap list naming other members
 neither votes nor bootstraps until it has asked them: if one of them has
