@@ -65,9 +65,9 @@ import (
 // at once, without a hello. (It tries the hello at every dial: a peer that
 // merely crashed while it answered must not be taken for an older node
 // for long. A pipelined hello closed unanswered fails its connection's
-// first read, and the next dial waits for the answer.) A connection that opens without a hello (an older node's) is
-// accepted, unchecked. The check so protects a cluster whose nodes all
-// run this version or later.
+// first read, and the next dial waits for the answer.) A connection that
+// opens without a hello (an older node's) is accepted, unchecked. The
+// check so protects a cluster whose nodes all run this version or later.
 const helloMagic = "RLHELLO1"
 
 // helloMsg is a hello and its answer.
