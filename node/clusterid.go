@@ -206,7 +206,7 @@ func chooseClusterID(self string, servers []raft.Server, peer func(raft.ServerAd
 			return id, ""
 		}
 	}
-	return zero, fmt.Sprintf("its members name different cluster ids (%v); a cluster's members must agree: see the README's Cluster id", named)
+	return zero, fmt.Sprintf("its members name different cluster ids (%v); a cluster's members must agree: see the README's Cluster identity", named)
 }
 
 // hello is this node's hello (hello.go).
