@@ -19,7 +19,7 @@ import (
 // The cluster's id (hello.go says what it is for).
 //
 // The default log's leader sets it in the catalog once: the data dir's
-// copy if it has one, else a random 128-bit value once every member of the
+// copy if it has one, else a random 128-bit value once every voter of the
 // log's configuration has answered its hello (firstClusterID). A new
 // cluster gets one a second or so after its bootstrap, a cluster created
 // by an older version once all its members run this version (an older one
@@ -149,16 +149,17 @@ func (n *Node) proposeClusterID(last *replica.Stint) *replica.Stint {
 // firstClusterID returns the id the default log's leader sets when
 // neither its catalog nor its data dir holds one, or why it sets none yet.
 //
-// Every other member of the log's configuration must have answered this
+// Every other voter of the log's configuration must have answered this
 // node's hello, which shows it runs a version that keeps the id: an older
 // one ignores the catalog's command (catalog.SetClusterID), and once it
 // has taken a snapshot past it, it misses the id for good; upgraded and
 // then leading, it would set an id of its own, and the members that hold
-// the first would refuse the others' connections. A member that is down
-// delays the id until it is back. When members name an id in their
-// answers (a cluster that went through such an upgrade before this rule,
-// or a leader whose catalog lost it), the leader takes it; when they name
-// several, it sets none and says so.
+// the first would refuse the others' connections. A voter that is down
+// delays the id until it is back or removed; nonvoters do not wait for
+// it. When members name an id in their answers (a cluster that went
+// through such an upgrade before this rule, or a leader whose catalog
+// lost it), the leader takes it; when they name several, it sets none and
+// says so.
 func (n *Node) firstClusterID() (catalog.ClusterID, string) {
 	c, ok := readConfig(n.log.Raft())
 	if !ok {
@@ -182,6 +183,14 @@ func chooseClusterID(self string, servers []raft.Server, peer func(raft.ServerAd
 		}
 		ph, ok := peer(s.Address)
 		switch {
+		case s.Suffrage != raft.Voter:
+			// A nonvoter does not hold the id back (one gone for
+			// good, not yet removed, would hold it for ever); one
+			// that missed it takes it from the voters' answers
+			// once promoted and leading.
+			if ok && ph.cluster != "" {
+				named[ph.cluster] = append(named[ph.cluster], string(s.ID))
+			}
 		case !ok:
 			return zero, fmt.Sprintf("this node has not reached %s at %s since it started", s.ID, s.Address)
 		case !ph.answered:

@@ -78,7 +78,7 @@
 // with a hello naming both ends' node, address and cluster id; a node
 // refuses the connection of a node of another cluster, which raft alone
 // would follow, cutting its log to that cluster's. The id is set by the
-// default log's leader in the catalog, once every member answers the
+// default log's leader in the catalog, once every voter answers the
 // hello, and kept in the data dir; a full restore gives its new cluster an
 // id of its own, never the old cluster's, in every member's data dir
 // before the first start (restoreid.go), so the restored nodes and the old

@@ -229,6 +229,13 @@ func TestChooseClusterID(t *testing.T) {
 	if id, why := chooseClusterID("n1", servers[:1], func(raft.ServerAddress) (peerHello, bool) { return peerHello{}, false }); why != "" || id.IsZero() {
 		t.Errorf("a cluster of one: %v, %q; want a new id", id, why)
 	}
+	// Nonvoters hold nothing back (one gone for good would hold the id
+	// for ever), but the id one names is taken.
+	withNonvoters := append(servers[:2:2], raft.Server{Suffrage: raft.Nonvoter, ID: "n4", Address: "a4"}, raft.Server{Suffrage: raft.Nonvoter, ID: "n5", Address: "a5"})
+	heard := map[raft.ServerAddress]peerHello{"a2": {answered: true}, "a5": {answered: true, cluster: y}}
+	if id, why := chooseClusterID("n1", withNonvoters, func(a raft.ServerAddress) (peerHello, bool) { ph, ok := heard[a]; return ph, ok }); why != "" || id.String() != y {
+		t.Errorf("a nonvoter not reached and one naming an id: %v, %q; want %s", id, why, y)
+	}
 }
 
 // A node of an older version dials without a hello: its connection is
