@@ -12,8 +12,6 @@ import (
 	"time"
 
 	"github.com/hashicorp/raft"
-
-	"github.com/raftlog/raftlog/transport"
 )
 
 // A raft connection between two nodes begins with a hello that names each
@@ -33,13 +31,8 @@ import (
 //	"RLHELLO1" {"id": "<node id>", "addr": "<its raft address>",
 //	            "cluster": "<cluster id, or empty>"} "\n"
 //
-// and reads the accepting side's answer, a JSON line of the same shape:
-// before it sends anything else to a peer it has not heard answer since
-// it started (or that last closed a hello unanswered), and otherwise with
-// raft's first bytes sent right behind the hello, the answer read before
-// the first reply (helloConn), which saves a round trip on each new
-// connection (a survivor asking another for its vote in a failover). The
-// acceptor admits the connection (Node.admitPeer):
+// and waits for the accepting side's answer, a JSON line of the same
+// shape. The acceptor admits the connection (Node.admitPeer):
 //
 //   - never, while the acceptor joins a cluster through a join target it
 //     has not yet asked which cluster that is (joinid.go);
@@ -56,18 +49,16 @@ import (
 //     for its own, refusing others from then on.
 //
 // A connection not admitted gets an answer with "refused" saying why, and
-// is closed; the dialler fails the dial, or the first read, with that
-// reason. Otherwise the connection goes on as raft's: the acceptor hands
-// raft nothing of a connection before it admits it.
+// is closed; the dialler fails the dial with that reason. Otherwise the
+// connection goes on as raft's.
 //
 // Nodes built before the hello take it for a broken probe and close the
 // connection without a word: a dialler that gets no answer dials again,
 // at once, without a hello. (It tries the hello at every dial: a peer that
 // merely crashed while it answered must not be taken for an older node
-// for long. A pipelined hello closed unanswered fails its connection's
-// first read, and the next dial waits for the answer.) A connection that
-// opens without a hello (an older node's) is accepted, unchecked. The
-// check so protects a cluster whose nodes all run this version or later.
+// for long.) A connection that opens without a hello (an older node's) is
+// accepted, unchecked. The check so protects a cluster whose nodes all
+// run this version or later.
 const helloMagic = "RLHELLO1"
 
 // helloMsg is a hello and its answer.
@@ -193,22 +184,7 @@ func (l *probeLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 		c.Close()
 		return nil, net.ErrClosed
 	}
-	own := h.own()
-	if ph, ok := h.peer(addr); ok && ph.answered {
-		// A peer that answered the last hello is most likely of this
-		// version still: the raft bytes follow the hello at once, and
-		// the answer is read before the first reply (helloConn).
-		c.SetWriteDeadline(time.Now().Add(helloTimeout(timeout)))
-		err := writeHello(c, own)
-		c.SetWriteDeadline(time.Time{})
-		h.untrack(c)
-		if err != nil {
-			c.Close()
-			return nil, fmt.Errorf("node: hello to %s: %w", addr, err)
-		}
-		return &helloConn{Conn: c, br: bufio.NewReaderSize(c, probeMaxLine), addr: addr, own: own, h: h}, nil
-	}
-	hc, peer, err := sayHello(c, addr, own, timeout)
+	hc, peer, err := sayHello(c, addr, h.own(), timeout)
 	h.untrack(c)
 	switch {
 	case err == nil:
@@ -224,59 +200,36 @@ func (l *probeLayer) Dial(addr raft.ServerAddress, timeout time.Duration) (net.C
 	}
 }
 
-// helloTimeout is how long a hello may take: the dial's timeout, or
-// probeServeTimeout without one.
-func helloTimeout(timeout time.Duration) time.Duration {
-	if timeout <= 0 {
-		return probeServeTimeout
-	}
-	return timeout
-}
-
-// writeHello writes own's hello on c.
-func writeHello(c net.Conn, own helloMsg) error {
-	b, err := json.Marshal(own)
-	if err != nil {
-		return err
-	}
-	_, err = c.Write(append(append([]byte(helloMagic), b...), '\n'))
-	return err
-}
-
-// readAnswer reads the answer to own's hello, said to addr, from br; an
-// error for a refusal, errNoHello when the peer closed the connection
-// without one.
-func readAnswer(br *bufio.Reader, addr raft.ServerAddress, own helloMsg) (helloMsg, error) {
-	var peer helloMsg
-	line, err := readLine(br)
-	if err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
-			return peer, errNoHello
-		}
-		return peer, fmt.Errorf("node: hello to %s: %w", addr, err)
-	}
-	if err := json.Unmarshal(line, &peer); err != nil {
-		return peer, fmt.Errorf("node: hello to %s: its answer %q: %w", addr, line, err)
-	}
-	if peer.Refused != "" {
-		return peer, fmt.Errorf("%w: %s at %s (cluster %s) refused the raft connection of this node, %s of cluster %s: %s",
-			ErrForeignCluster, orUnknown(peer.ID), addr, orUnknown(peer.Cluster), own.ID, orUnknown(own.Cluster), peer.Refused)
-	}
-	return peer, nil
-}
-
 // sayHello says own's hello on c, a connection to addr, and reads the
 // answer; it returns c to go on with and the peer's answer, or an error
 // (errNoHello: the peer closed c without an answer).
 func sayHello(c net.Conn, addr raft.ServerAddress, own helloMsg, timeout time.Duration) (net.Conn, helloMsg, error) {
-	c.SetDeadline(time.Now().Add(helloTimeout(timeout)))
-	if err := writeHello(c, own); err != nil {
-		return nil, helloMsg{}, fmt.Errorf("node: hello to %s: %w", addr, err)
-	}
-	br := bufio.NewReaderSize(c, probeMaxLine)
-	peer, err := readAnswer(br, addr, own)
+	var peer helloMsg
+	b, err := json.Marshal(own)
 	if err != nil {
 		return nil, peer, err
+	}
+	if timeout <= 0 {
+		timeout = probeServeTimeout
+	}
+	c.SetDeadline(time.Now().Add(timeout))
+	if _, err := c.Write(append(append([]byte(helloMagic), b...), '\n')); err != nil {
+		return nil, peer, fmt.Errorf("node: hello to %s: %w", addr, err)
+	}
+	br := bufio.NewReaderSize(c, probeMaxLine)
+	line, err := readLine(br)
+	if err != nil {
+		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+			return nil, peer, errNoHello
+		}
+		return nil, peer, fmt.Errorf("node: hello to %s: %w", addr, err)
+	}
+	if err := json.Unmarshal(line, &peer); err != nil {
+		return nil, peer, fmt.Errorf("node: hello to %s: its answer %q: %w", addr, line, err)
+	}
+	if peer.Refused != "" {
+		return nil, peer, fmt.Errorf("%w: %s at %s (cluster %s) refused the raft connection of this node, %s of cluster %s: %s",
+			ErrForeignCluster, orUnknown(peer.ID), addr, orUnknown(peer.Cluster), own.ID, orUnknown(own.Cluster), peer.Refused)
 	}
 	c.SetDeadline(time.Time{})
 	if br.Buffered() > 0 {
@@ -284,49 +237,6 @@ func sayHello(c net.Conn, addr raft.ServerAddress, own helloMsg, timeout time.Du
 	}
 	return c, peer, nil
 }
-
-// helloConn is a raft connection dialled with a hello whose answer is
-// still to come: its first Read reads and checks the answer, and fails
-// when the peer refused the connection or closed it unanswered (then the
-// peer is taken for an older version, and the next dial says hello and
-// waits). The acceptor hands raft nothing before it has admitted the
-// connection, so the raft bytes written meanwhile reach raft only then.
-// Writes go straight to the connection (transport.WriteThrough).
-type helloConn struct {
-	net.Conn
-	br   *bufio.Reader
-	addr raft.ServerAddress
-	own  helloMsg
-	h    *helloState
-
-	once sync.Once
-	err  error // the answer's failure, set once
-}
-
-// Read implements net.Conn.
-func (c *helloConn) Read(p []byte) (int, error) {
-	c.once.Do(func() {
-		peer, err := readAnswer(c.br, c.addr, c.own)
-		switch {
-		case err == nil:
-			c.h.heard(c.addr, peerHello{answered: true, cluster: peer.Cluster})
-		case errors.Is(err, errNoHello):
-			c.h.heard(c.addr, peerHello{})
-			err = fmt.Errorf("node: hello to %s: %w; the next connection says hello first", c.addr, err)
-		}
-		c.err = err
-	})
-	if c.err != nil {
-		return 0, c.err
-	}
-	return c.br.Read(p)
-}
-
-var _ transport.WriteThrough = (*helloConn)(nil)
-
-// WriteConn implements transport.WriteThrough: writes go to the
-// connection under the hello unchanged.
-func (c *helloConn) WriteConn() net.Conn { return c.Conn }
 
 // answerHello reads the hello of an accepted connection whose first bytes
 // are helloMagic and answers it; it reports whether the connection may go

@@ -283,34 +283,8 @@ type raftClientConn struct {
 	// aside, when not nil, collects the large entry data that frames
 	// leave out of their buffers, to write it from where raft has it:
 	// only over plain TCP, where that is one writev (over TLS each buffer
-	// would be a record of its own), written to tcp. Owned by the sending
-	// goroutine.
+	// would be a record of its own). Owned by the sending goroutine.
 	aside *dataAside
-	tcp   *net.TCPConn
-}
-
-// WriteThrough is implemented by a net.Conn that changes only what is
-// read, and writes to the connection WriteConn returns unchanged (node's
-// hello layer, whose answer is read before the first reply): the raft
-// transport then writes large entries to that connection with writev.
-type WriteThrough interface {
-	WriteConn() net.Conn
-}
-
-// plainTCP returns the TCP connection conn writes to unchanged: conn
-// itself, or the one under WriteThrough layers; nil for any other (TLS).
-func plainTCP(conn net.Conn) *net.TCPConn {
-	for range 4 {
-		switch c := conn.(type) {
-		case *net.TCPConn:
-			return c
-		case WriteThrough:
-			conn = c.WriteConn()
-		default:
-			return nil
-		}
-	}
-	return nil
 }
 
 // Close closes the connection.
@@ -323,8 +297,8 @@ func (m *RaftMux) dial(target raft.ServerAddress) (*raftClientConn, error) {
 		return nil, err
 	}
 	c := &raftClientConn{target: target, conn: conn, br: bufio.NewReaderSize(conn, 4096)}
-	if tc := plainTCP(conn); tc != nil {
-		c.aside, c.tcp = &dataAside{}, tc
+	if _, ok := conn.(*net.TCPConn); ok {
+		c.aside = &dataAside{}
 	}
 	if !m.track(c, false) {
 		conn.Close()

@@ -3,11 +3,9 @@
 package transport
 
 import (
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"math"
-	"net"
 	"reflect"
 	"strings"
 	"sync"
@@ -318,38 +316,5 @@ func TestRaftMuxRequestNotTaken(t *testing.T) {
 	}
 	if s := client.Mux().Stats(); s.Dialled != 1 {
 		t.Fatalf("%d connections dialled, want the first one reused", s.Dialled)
-	}
-}
-
-// writeThrough is a layer that changes only what is read.
-type writeThrough struct{ net.Conn }
-
-func (w writeThrough) WriteConn() net.Conn { return w.Conn }
-
-// Large entries go by writev only to a plain TCP connection: the raft
-// transport finds it under layers that write through, never under TLS.
-func TestPlainTCP(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	c, err := net.Dial("tcp", ln.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	tc := c.(*net.TCPConn)
-	if plainTCP(c) != tc || plainTCP(writeThrough{writeThrough{c}}) != tc {
-		t.Error("a TCP connection, or one under layers that write through, not found")
-	}
-	if plainTCP(tls.Client(c, &tls.Config{})) != nil || plainTCP(writeThrough{tls.Client(c, &tls.Config{})}) != nil {
-		t.Error("a TLS connection taken for plain TCP")
-	}
-	p1, p2 := net.Pipe()
-	defer p1.Close()
-	defer p2.Close()
-	if plainTCP(p1) != nil {
-		t.Error("a pipe taken for TCP")
 	}
 }

@@ -400,7 +400,7 @@ func (t *RaftTransport) send(c *raftClientConn, k raftKind, args any) error {
 	if a := c.aside; a != nil && len(a.at) > 0 {
 		if err == nil {
 			bufs := a.buffers(b)
-			_, err = bufs.WriteTo(c.tcp)
+			_, err = bufs.WriteTo(c.conn)
 		}
 		a.reset()
 	} else if err == nil {
