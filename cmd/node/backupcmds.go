@@ -298,7 +298,7 @@ those members gives.`)
 			if err != nil {
 				return usagef("--bootstrap: %v", err)
 			}
-			fmt.Fprintf(e.stdout, "restored onto --bootstrap %s%s, the new cluster's id is %s\n", bootstrapList(cfg.Bootstrap), tokenNote(cfg.ClusterToken), id)
+			fmt.Fprintf(e.stdout, "restored onto --bootstrap %s%s, the new cluster's id is %s\n", peersValue{&cfg.Bootstrap}.String(), tokenNote(cfg.ClusterToken), id)
 		}
 		return nil
 	}
@@ -315,7 +315,7 @@ those members gives.`)
 		"start the node with: node serve --id %s --data-dir %s --bootstrap %s (and its addresses)\n",
 		info.Header.Index, info.Header.Term, cfg.DataDir, info.Summary.Entries, info.Header.Floor, info.Sessions,
 		info.ClusterID, tokenNote(cfg.ClusterToken),
-		cfg.ID, cfg.DataDir, bootstrapList(cfg.Bootstrap))
+		cfg.ID, cfg.DataDir, peersValue{&cfg.Bootstrap}.String())
 	if n := len(info.DroppedLogs); n > 0 {
 		what := fmt.Sprintf("%d named logs (%s), whose records a backup of the default log does not hold: the new cluster starts without them", n, strings.Join(info.DroppedLogs, ", "))
 		if n == 1 {
@@ -324,15 +324,6 @@ those members gives.`)
 		fmt.Fprintf(e.stdout, "the backup's catalog lists %s; once it runs, restore each named log from its own backup: node restore --log NAME --in FILE --addrs ADDRS\n", what)
 	}
 	return nil
-}
-
-// bootstrapList writes peers as --bootstrap takes them.
-func bootstrapList(peers []node.Peer) string {
-	var s []string
-	for _, p := range peers {
-		s = append(s, p.ID+"="+p.RaftAddr)
-	}
-	return strings.Join(s, ",")
 }
 
 // tokenNote names a restore's cluster token, "" for none.
