@@ -153,12 +153,6 @@ func (r *Replica) awaitLeader(ctx context.Context) *Stint {
 // itself that it heard from within one and a half heartbeat intervals (a
 // tenth of the heartbeat timeout each, as raft sends them). A leader that
 // is only late costs a request the wait for its next heartbeat.
-// FollowsLiveLeader reports whether the replica follows a leader it has
-// heard from within one and a half heartbeat intervals: a request it
-// should not answer itself may be sent on to that leader (NotLeader names
-// it).
-func (r *Replica) FollowsLiveLeader() bool { return r.liveLeader() }
-
 func (r *Replica) liveLeader() bool {
 	_, id := r.raft.LeaderWithID()
 	if id == "" || string(id) == r.cfg.NodeID {
@@ -166,6 +160,12 @@ func (r *Replica) liveLeader() bool {
 	}
 	return time.Since(r.raft.LastContact()) < 3*r.raft.ReloadableConfig().HeartbeatTimeout/20
 }
+
+// FollowsLiveLeader reports whether the replica follows a leader it has
+// heard from within one and a half heartbeat intervals: a request it
+// should not answer itself may be sent on to that leader (NotLeader names
+// it).
+func (r *Replica) FollowsLiveLeader() bool { return r.liveLeader() }
 
 // Append appends a request's records, on the leader, exactly once for a
 // request with a client id (sessions.go), and answers with their indexes.
